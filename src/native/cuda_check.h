@@ -1,0 +1,23 @@
+// CUDA status checks routed through the project's one checker (core/check.h). M3_CUDA_CHECK for
+// runtime calls; M3_LAUNCH_CHECK after each launch (set M3_SYNC_LAUNCHES=1 to synchronize after
+// every launch so an asynchronous fault is reported at the launch that caused it).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "core/check.h"
+
+namespace m3 {
+bool sync_after_launch();  // reads M3_SYNC_LAUNCHES once
+}
+
+#define M3_CUDA_CHECK(expr)                                                                    \
+  do {                                                                                         \
+    cudaError_t _e = (expr);                                                                   \
+    M3_CHECK(_e == cudaSuccess, "CUDA error {} ({}) in {}", int(_e), cudaGetErrorString(_e), #expr); \
+  } while (0)
+
+#define M3_LAUNCH_CHECK(stream)                                                                \
+  do {                                                                                         \
+    M3_CUDA_CHECK(cudaGetLastError());                                                         \
+    if (::m3::sync_after_launch()) M3_CUDA_CHECK(cudaStreamSynchronize(stream));               \
+  } while (0)

@@ -1,0 +1,63 @@
+// The step interface every execution backend implements (CPU reference today; CUDA native and
+// mono later) and the scheduler drives. A backend owns a paged KV/index-K cache pool of
+// num_cache_blocks() blocks of cache_block_size() tokens; which physical blocks a sequence uses is
+// decided by the caller (runtime/block_manager) and passed in each step as a block table.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/spec.h"
+
+namespace m3 {
+
+// One sequence's share of a step: append `tokens` at positions start_pos .. start_pos+n-1.
+// Prefill (n > 1, possibly a chunk), decode (n == 1) and mixed batches are all this one shape.
+struct SeqStep {
+  int32_t start_pos = 0;              // tokens already in the cache for this sequence
+  std::vector<int32_t> tokens;        // new token ids, n >= 1
+  std::vector<int32_t> block_table;   // physical block ids covering positions [0, start_pos + n)
+  bool all_logits = false;            // logits for every new token (else only the last)
+};
+
+struct StepBatch {
+  std::vector<SeqStep> seqs;
+  int num_tokens() const {
+    int n = 0;
+    for (const auto& s : seqs) n += int(s.tokens.size());
+    return n;
+  }
+};
+
+// Optional per-step trace of the indexer's choices (conformance, tests): for each sparse layer in
+// layer order, for each new token of the batch in batch order, for each index group, the selected
+// block ids (sorted ascending).
+struct SelectionTrace {
+  std::vector<int> layers;  // model layer index of each entry below
+  std::vector<std::vector<std::vector<std::vector<int32_t>>>> blocks;  // [sparse layer][token][group] -> ids
+};
+
+struct StepOutput {
+  int vocab = 0;
+  std::vector<float> logits;     // rows x vocab, rows in batch order
+  std::vector<int> first_row;    // per sequence: its first logits row
+  std::vector<int> num_rows;     // per sequence: 1, or n when all_logits
+  const float* row(int seq, int i = 0) const {
+    return logits.data() + size_t(first_row[size_t(seq)] + i) * size_t(vocab);
+  }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;            // "cpu-ref", "cuda-native", ...
+  virtual const ModelSpec& spec() const = 0;
+  virtual int cache_block_size() const = 0;
+  virtual int num_cache_blocks() const = 0;
+  // Runs one forward step over the batch: writes K/V/index-K of the new tokens into the cache at
+  // the slots the block tables give, and returns logits. Throws m3::Error on malformed input.
+  virtual StepOutput step(const StepBatch& batch, SelectionTrace* trace = nullptr) = 0;
+};
+
+}  // namespace m3
