@@ -1,7 +1,14 @@
 // Sampling from one row of logits: greedy (temperature 0), temperature, top-k, top-p; seeded and
 // reproducible (the same seed and logits give the same token on every machine).
+// Order of filters: temperature scales the logits, top-k keeps the k best (ties to the lower id),
+// softmax over those, top-p keeps the smallest best-first prefix whose mass reaches top_p (at
+// least one token), renormalised; one uniform draw u in [0, 1) picks by cumulative mass in
+// best-first order. The draw is a counter-based hash of (seed, draw index), so a request's tokens
+// do not depend on other requests or threads.
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace m3 {
 
@@ -18,6 +25,21 @@ struct SamplerState {
   uint64_t draws = 0;
 };
 
+// Throws m3::Error naming the field when temperature < 0 or not finite, top_k < 0, top_p not in (0, 1].
+void validate_sampling(const SamplingParams& p);
+
+// Picks a token; advances st.draws by one unless greedy. NaN logits are an error.
 int sample_token(const float* logits, int vocab, const SamplingParams& p, SamplerState& st);
+
+// The lowest id among the largest logits.
+int argmax_token(const float* logits, int vocab);
+
+// The distribution sample_token draws from: (id, probability) in best-first order, zero-probability
+// entries dropped. Greedy gives the argmax with probability 1. For tests and logprobs.
+std::vector<std::pair<int, double>> sampling_distribution(const float* logits, int vocab, const SamplingParams& p);
+
+// The counter-based generator: splitmix64 finalizer, and a uniform double in [0, 1) for (seed, index).
+uint64_t splitmix64(uint64_t x);
+double uniform_draw(uint64_t seed, uint64_t index);
 
 }  // namespace m3
