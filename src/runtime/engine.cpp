@@ -1,0 +1,137 @@
+// Engine: the step loop thread, its inbox, and the stats it publishes.
+#include "runtime/engine.h"
+
+#include "core/check.h"
+
+namespace m3 {
+
+Engine::Engine(std::unique_ptr<Backend> native, EngineOptions opt)
+    : dispatcher_(std::move(native)),
+      spec_(dispatcher_.native().spec()),
+      opt_(opt),
+      sched_(dispatcher_, opt.scheduler),
+      max_model_len_(sched_.max_model_len()) {
+  stats_.backend = dispatcher_.native().name();
+  stats_.cache_blocks_total = sched_.blocks().num_blocks();
+  stats_.cache_block_size = sched_.blocks().block_size();
+  stats_.step_latency = Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  stats_.batch_size = Histogram({1, 2, 4, 8, 16, 32, 64, 128, 256});
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
+
+uint64_t Engine::submit(GenerationRequest r, EventCallback cb) {
+  sched_.validate(r);  // reads only immutable state: safe off the engine thread
+  std::lock_guard lk(mu_);
+  M3_CHECK(!draining_.load() && !stop_, "engine: shutting down, not accepting requests");
+  uint64_t id = next_id_++;
+  live_++;
+  stats_.requests_submitted++;
+  // Runs on the engine thread; the loop publishes the finish together with the freed blocks, so
+  // whoever sees the engine idle also sees every block back.
+  EventCallback wrapped = [this, cb = std::move(cb)](const RequestEvent& ev) {
+    if (cb) cb(ev);
+    if (ev.finished) finished_.push_back(ev.reason);
+  };
+  inbox_.push_back(Pending{id, std::move(r), std::move(wrapped)});
+  cv_.notify_one();
+  return id;
+}
+
+void Engine::cancel(uint64_t id, std::string why) {
+  std::lock_guard lk(mu_);
+  cancels_.emplace_back(id, std::move(why));
+  cv_.notify_one();
+}
+
+bool Engine::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  return idle_cv_.wait_for(lk, timeout, [&] { return live_ == 0; });
+}
+
+void Engine::shutdown(std::chrono::milliseconds grace) {
+  draining_ = true;
+  if (grace.count() > 0) wait_idle(grace);
+  {
+    std::lock_guard lk(mu_);
+    cancel_all_ = true;
+    stop_ = true;
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::loop() {
+  std::unique_lock lk(mu_);
+  bool has_work = false;
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || cancel_all_ || has_work || !inbox_.empty() || !cancels_.empty(); });
+    std::deque<Pending> inbox;
+    inbox.swap(inbox_);
+    std::vector<std::pair<uint64_t, std::string>> cancels;
+    cancels.swap(cancels_);
+    bool cancel_all = std::exchange(cancel_all_, false) || stop_;
+    bool stop = stop_;
+    lk.unlock();
+
+    for (auto& p : inbox) {
+      try {
+        sched_.add(p.id, std::move(p.req), p.cb);
+      } catch (const std::exception& e) {
+        RequestEvent ev;
+        ev.id = p.id;
+        ev.finished = true;
+        ev.reason = FinishReason::Error;
+        ev.error = e.what();
+        p.cb(ev);
+      }
+    }
+    for (auto& [id, why] : cancels) sched_.cancel(id, why);
+    if (cancel_all) sched_.cancel_all("server shutting down");
+    StepReport rep;
+    if (sched_.has_work()) rep = sched_.step();
+
+    lk.lock();
+    for (FinishReason r : finished_) stats_.requests_finished[finish_reason_name(r)]++;
+    live_ -= int(finished_.size());
+    if (!finished_.empty()) idle_cv_.notify_all();
+    finished_.clear();
+    has_work = sched_.has_work();
+    stats_.waiting = sched_.num_waiting();
+    stats_.running = sched_.num_running();
+    stats_.cache_blocks_used = sched_.blocks().num_used();
+    if (rep.ran) record(rep);
+    if (stop && !has_work && inbox_.empty()) break;
+  }
+}
+
+void Engine::record(const StepReport& rep) {
+  stats_.steps++;
+  stats_.prompt_tokens += uint64_t(rep.prefill_tokens);
+  stats_.generation_tokens += uint64_t(rep.generated);
+  stats_.preemptions += uint64_t(rep.preempted);
+  if (!rep.error.empty()) stats_.step_errors++;
+  stats_.step_latency.observe(rep.seconds);
+  stats_.batch_size.observe(rep.num_seqs);
+  stats_.steps_by_path[rep.path]++;
+  if (!rep.fallback_reason.empty()) stats_.fallbacks[{rep.path, rep.fallback_reason}]++;
+  auto now = std::chrono::steady_clock::now();
+  recent_.emplace_back(now, rep.generated);
+  auto window = std::chrono::duration<double>(opt_.rate_window_s);
+  while (!recent_.empty() && now - recent_.front().first > window) recent_.pop_front();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lk(mu_);
+  EngineStats s = stats_;
+  auto now = std::chrono::steady_clock::now();
+  auto window = std::chrono::duration<double>(opt_.rate_window_s);
+  uint64_t toks = 0;
+  for (const auto& [t, n] : recent_)
+    if (now - t <= window) toks += uint64_t(n);
+  s.tokens_per_second = opt_.rate_window_s > 0 ? double(toks) / opt_.rate_window_s : 0;
+  return s;
+}
+
+}  // namespace m3

@@ -1,0 +1,85 @@
+// The continuous-batching scheduler, single-threaded (the engine drives it from its own thread;
+// tests drive it directly). Each step():
+//   1. running requests, oldest first, each get their next chunk: the rest of their prompt (chunked
+//      to the step's token budget) or one decode token; when the cache is out of blocks the newest
+//      running request is preempted (recompute: its blocks are freed and it goes back to the front
+//      of the queue with prompt + generated tokens as its new prompt);
+//   2. if nothing was preempted, queued requests are admitted in arrival order while the budget,
+//      max_num_seqs and the cache allow (admission control: the whole current sequence plus one
+//      token must fit in the free blocks);
+//   3. the dispatcher picks the path, the backend runs the batch, every request whose sequence is
+//      fully in the cache samples its next token, and stop rules are applied.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/block_manager.h"
+#include "runtime/dispatcher.h"
+#include "runtime/request.h"
+
+namespace m3 {
+
+struct SchedulerOptions {
+  int max_num_seqs = 16;      // running requests at most (the largest decode batch)
+  int max_step_tokens = 512;  // tokens per step: decode tokens + prefill chunks
+  int max_model_len = 0;      // prompt + generated tokens; 0 = min(spec.max_positions, cache capacity)
+};
+
+// What one step did (the engine turns it into metrics).
+struct StepReport {
+  bool ran = false;           // false: nothing to do
+  int num_seqs = 0;           // sequences in the batch
+  int num_tokens = 0;         // tokens in the batch
+  int prefill_tokens = 0;     // of which prompt (or recompute) tokens
+  int generated = 0;          // tokens sampled
+  int preempted = 0;          // requests preempted while planning this step
+  int finished = 0;           // requests that finished (any reason) in this step
+  std::string path;           // dispatcher path that ran it
+  std::string fallback_reason;
+  double seconds = 0;         // backend step wall time
+  std::string error;          // non-empty when the backend threw (its requests were failed)
+};
+
+class Scheduler {
+ public:
+  Scheduler(Dispatcher& dispatcher, SchedulerOptions opt);
+  ~Scheduler();
+
+  // Throws m3::Error naming the bad field when `r` can never run on this engine.
+  void validate(const GenerationRequest& r) const;
+  // Queues a request (validates first). `id` must be unique among live requests.
+  void add(uint64_t id, GenerationRequest r, EventCallback cb);
+  // Ends a live request now: frees its blocks, emits its final event (Cancelled). False if unknown.
+  bool cancel(uint64_t id, const std::string& why = "cancelled");
+  void cancel_all(const std::string& why);
+
+  StepReport step();
+
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  int num_waiting() const { return int(waiting_.size()); }
+  int num_running() const { return int(running_.size()); }
+  const BlockManager& blocks() const { return blocks_; }
+  int max_model_len() const { return max_model_len_; }
+  const SchedulerOptions& options() const { return opt_; }
+  const ModelSpec& spec() const { return dispatcher_.native().spec(); }
+
+ private:
+  struct Seq;
+  void preempt(Seq* s);
+  void finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens, std::string error);
+  void remove_from_queues(Seq* s);
+
+  Dispatcher& dispatcher_;
+  SchedulerOptions opt_;
+  int max_model_len_ = 0;
+  BlockManager blocks_;
+  std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
+  std::deque<Seq*> waiting_;   // arrival order; preempted requests go back to the front
+  std::vector<Seq*> running_;  // admission order: oldest first, preemption victims from the back
+};
+
+}  // namespace m3
