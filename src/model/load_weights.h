@@ -11,4 +11,13 @@ namespace m3 {
 
 ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelSpec& spec);
 
+struct WeightEntry;  // model/weight_table.h
+
+// Every matrix and vector of `spec` allocated at its size, zero-filled (what load_model_weights
+// fills; also a starting point for tests that build weights in memory).
+ModelWeights allocate_model_weights(const ModelSpec& spec);
+// The fp32 storage of a weight-table entry inside `w` (allocated by allocate_model_weights),
+// holding exactly the entry's element count, row-major as in the checkpoint.
+float* host_destination(ModelWeights& w, const WeightEntry& e);
+
 }  // namespace m3

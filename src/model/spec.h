@@ -45,8 +45,12 @@ struct ModelSpec {
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
   int num_sparse_layers() const;
+  int num_moe_layers() const;
   // Throws m3::Error naming the field and value when the math cannot honour the spec.
   void validate() const;
+  // The same, with `origin` (a file name, a preset name) leading every message.
+  void validate(const std::string& origin) const;
+  bool operator==(const ModelSpec&) const = default;
 };
 
 // Parses config.json (the whole file; fields nest under "text_config" when present). Accepts the

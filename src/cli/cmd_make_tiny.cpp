@@ -1,0 +1,77 @@
+// `m3mono make-tiny --out DIR [--seed N] [--preset NAME]`: writes a synthetic checkpoint in the
+// released layout (config.json + model.safetensors) that the loader accepts; see
+// model/synthetic.h for the presets and what the files hold.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "cli/command.h"
+#include "model/synthetic.h"
+
+namespace m3::cli {
+namespace {
+
+struct MakeTinyArgs {
+  std::string out;
+  std::string preset = "tiny";
+  uint64_t seed = 1;
+  bool normalized = false;
+  bool block_sparse_moe = false;
+  bool mtp = false;
+  bool no_vision = false;
+};
+
+RunFn setup_make_tiny(CLI::App& app) {
+  auto a = std::make_shared<MakeTinyArgs>();
+  app.add_option("--out", a->out, "output directory (created)")->required();
+  std::string names;
+  for (const auto& n : synthetic_preset_names())
+    if (synthetic_preset_writable(n)) names += (names.empty() ? "" : ", ") + n;
+  app.add_option("--preset", a->preset, "shape preset: " + names)->capture_default_str();
+  app.add_option("--seed", a->seed, "random seed of the weights")->capture_default_str();
+  app.add_flag("--normalized-config", a->normalized, "write config.json in the transformers (normalized) spelling");
+  app.add_flag("--block-sparse-moe-dense", a->block_sparse_moe,
+               "name dense MLP tensors block_sparse_moe.*_proj (as transformers writes) instead of mlp.*");
+  app.add_flag("--mtp", a->mtp, "add an mtp.* tensor (ignored by the loader)");
+  app.add_flag("--no-vision", a->no_vision, "omit the vision / projector / patch-merge tensors");
+  return [a]() -> int {
+    ModelSpec spec = synthetic_preset(a->preset);
+    if (!synthetic_preset_writable(a->preset)) {
+      std::fprintf(stderr, "m3mono: preset '%s' is spec-only (use `m3mono info --preset %s`)\n", a->preset.c_str(),
+                   a->preset.c_str());
+      return 2;
+    }
+    SyntheticOptions opt;
+    opt.seed = a->seed;
+    opt.vision = !a->no_vision;
+    opt.mtp = a->mtp;
+    opt.config_spelling = a->normalized ? ConfigSpelling::Normalized : ConfigSpelling::Released;
+    opt.dense_spelling = a->block_sparse_moe ? DenseMlpSpelling::BlockSparseMoe : DenseMlpSpelling::Mlp;
+    auto t0 = std::chrono::steady_clock::now();
+    int last_pct = -1;
+    opt.progress = [&](uint64_t done, uint64_t total) {
+      if (total < (uint64_t(32) << 20)) return;  // only large presets report progress
+      int pct = int(100.0 * double(done) / double(total));
+      if (pct / 10 != last_pct / 10 || done == total) {
+        std::fprintf(stderr, "  writing model.safetensors: %3d%% (%.0f / %.0f MB)\n", pct, double(done) / 1e6,
+                     double(total) / 1e6);
+        last_pct = pct;
+      }
+    };
+    uint64_t bytes = write_synthetic_checkpoint(a->out, spec, opt);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s\n", fmt::format("wrote {} (preset {}, seed {}): {} layers ({} sparse), hidden {}, vocab {}, "
+                                    "{:.1f} MB of tensors in {:.1f} s",
+                                    a->out, a->preset, a->seed, spec.num_layers, spec.num_sparse_layers(), spec.hidden,
+                                    spec.vocab_size, double(bytes) / 1e6, secs)
+                            .c_str());
+    return 0;
+  };
+}
+
+M3_COMMAND("make-tiny", "write a synthetic MiniMax-M3 checkpoint (config.json + model.safetensors)", setup_make_tiny,
+           80);
+
+}  // namespace
+}  // namespace m3::cli
