@@ -1,0 +1,59 @@
+// `m3mono conformance --model DIR [--golden FILE] [--threads N] [--tol X]`: runs the CPU reference
+// against a golden file written by transformers (ref/conformance.h) and prints each check with its
+// worst error; exits 1 when any check fails.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "core/check.h"
+#include "model/load_weights.h"
+#include "model/spec.h"
+#include "ref/conformance.h"
+#include "ref/engine.h"
+#include "ref/golden.h"
+
+namespace m3::cli {
+namespace {
+
+struct ConformanceArgs {
+  std::string model, golden;
+  int threads = 0;
+  double tol = 1e-3;
+};
+
+int run_conformance_cmd(const ConformanceArgs& a) {
+  std::filesystem::path golden = a.golden.empty() ? std::filesystem::path(a.model) / "golden.safetensors"
+                                                     : std::filesystem::path(a.golden);
+  M3_CHECK(a.tol > 0, "conformance: --tol must be > 0, got {}", a.tol);
+  auto prompts = ref::load_golden(golden);
+  ModelSpec spec = load_model_spec(a.model);
+  ModelWeights w = load_model_weights(a.model, spec);
+  int most = 0;
+  for (const auto& g : prompts) most = std::max(most, g.tokens() + g.steps());
+  auto b = ref::make_ref_backend(spec, std::move(w), ref::RefOptions{most / spec.index_block + 2, a.threads});
+  std::printf("conformance of %s (%s) against %s: %zu prompts\n", a.model.c_str(), b->name().c_str(),
+              golden.string().c_str(), prompts.size());
+  ref::ConformanceOptions opt;
+  opt.logits_rel_tol = a.tol;
+  auto rep = ref::run_conformance(*b, prompts, opt, [](const ref::ConformanceCheck& c) {
+    std::printf("  [%s] %s: %s\n", c.ok ? " ok " : "FAIL", c.name.c_str(), c.detail.c_str());
+    std::fflush(stdout);
+  });
+  int bad = 0;
+  for (const auto& c : rep.checks) bad += !c.ok;
+  std::printf("%s: %zu checks, %d failed\n", rep.ok() ? "PASS" : "FAIL", rep.checks.size(), bad);
+  return rep.ok() ? 0 : 1;
+}
+
+RunFn setup_conformance(CLI::App& app) {
+  auto a = std::make_shared<ConformanceArgs>();
+  app.add_option("--model", a->model, "checkpoint directory (config.json + safetensors)")->required();
+  app.add_option("--golden", a->golden, "golden file (default: DIR/golden.safetensors)");
+  app.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  app.add_option("--tol", a->tol, "logits bound: max|d| <= tol * max|ref| per row")->capture_default_str();
+  return [a] { return run_conformance_cmd(*a); };
+}
+
+M3_COMMAND("conformance", "check the CPU reference against a transformers golden file", setup_conformance, 60);
+
+}  // namespace
+}  // namespace m3::cli
