@@ -12,6 +12,7 @@
 // Every rejection names the field (with its path inside config.json) and the value.
 #include <nlohmann/json.hpp>
 
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <fstream>
@@ -74,6 +75,14 @@ class Fields {
     if (!v) return std::nullopt;
     M3_CHECK(v->is_number(), "{}: field '{}' must be a number, got {}", origin_, name(key), show(*v));
     return v->get<double>();
+  }
+  // A number stored as float: must be finite and within float range (a double -> float cast of an
+  // out-of-range value is undefined behaviour).
+  float opt_float(std::string_view key, double def) const {
+    double v = opt_num(key).value_or(def);
+    M3_CHECK(std::isfinite(v) && std::fabs(v) <= double(FLT_MAX), "{}: field '{}' = {} is not a finite float", origin_,
+             name(key), v);
+    return float(v);
   }
   std::optional<std::string> opt_str(std::string_view key) const {
     const json* v = get(key);
@@ -230,7 +239,7 @@ ModelSpec parse_model_spec_json(const std::string& json_text, const std::string&
   s.num_heads = t.req_int("num_attention_heads");
   s.num_kv_heads = t.req_int("num_key_value_heads");
   s.head_dim = t.req_int("head_dim");
-  s.rms_eps = float(t.opt_num("rms_norm_eps").value_or(1e-6));
+  s.rms_eps = t.opt_float("rms_norm_eps", 1e-6);
   s.max_positions = t.opt_int("max_position_embeddings").value_or(0);
   s.bos_id = token_id(t, "bos_token_id").value_or(-1);
   s.eos_id = token_id(t, "eos_token_id").value_or(-1);
@@ -327,9 +336,9 @@ ModelSpec parse_model_spec_json(const std::string& json_text, const std::string&
   M3_CHECK(n_shared == 0 || n_shared == 1, "{}: field '{}' = {} is not supported (0 or 1 shared expert)", origin,
            t.name("n_shared_experts"), n_shared);
   s.shared_inter = n_shared ? t.opt_int("shared_intermediate_size").value_or(0) : 0;
-  s.routed_scale = float(t.opt_num("routed_scaling_factor").value_or(1.0));
-  s.swiglu_alpha = float(t.opt_num("swiglu_alpha").value_or(1.702));
-  s.swiglu_limit = float(t.opt_num("swiglu_limit").value_or(7.0));
+  s.routed_scale = t.opt_float("routed_scaling_factor", 1.0);
+  s.swiglu_alpha = t.opt_float("swiglu_alpha", 1.702);
+  s.swiglu_limit = t.opt_float("swiglu_limit", 7.0);
 
   // Indexer. The released names live inside sparse_attention_config.
   const Fields* sp = sparse ? &*sparse : nullptr;

@@ -270,6 +270,7 @@ TEST(Config, Rejections) {
       {"tied", [](json& t) { t["tie_word_embeddings"] = true; }, {"tie_word_embeddings", "true"}},
       {"eps type", [](json& t) { t["rms_norm_eps"] = "small"; }, {"rms_norm_eps", "number", "\"small\""}},
       {"eps zero", [](json& t) { t["rms_norm_eps"] = 0; }, {"rms_norm_eps", "> 0"}},
+      {"eps beyond float", [](json& t) { t["rms_norm_eps"] = 1e300; }, {"rms_norm_eps", "1e+300", "finite float"}},
       {"limit", [](json& t) { t["swiglu_limit"] = -1; }, {"swiglu_limit", "-1"}},
       {"routed scale", [](json& t) { t["routed_scaling_factor"] = 0; }, {"routed_scaling_factor", "> 0"}},
       {"sparse cfg type", [](json& t) { t["sparse_attention_config"] = 3; }, {"sparse_attention_config", "object"}},

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (the `fuzz` CMake preset: clang, -fsanitize=fuzzer,address,undefined)
+# and runs one of them for a bounded time on a scratch copy of its seed corpus.
+#
+#   scripts/fuzz.sh [SECONDS=60] [TARGET=fuzz_safetensors_header]
+#
+# TARGET is fuzz_safetensors_header or fuzz_config (any fuzz/fuzz_*.cpp). Seeds come from
+# fuzz/corpus/<TARGET without "fuzz_">; inputs the fuzzer finds go to the build folder, never
+# into the repository. A crash leaves its input in $BUILD/artifacts/ and the script exits non-zero.
+# Environment: M3_FUZZ_BUILD_DIR overrides the build folder (default build/fuzz).
+set -euo pipefail
+
+secs="${1:-60}"
+target="${2:-fuzz_safetensors_header}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${M3_FUZZ_BUILD_DIR:-$root/build/fuzz}"
+
+[[ "$secs" =~ ^[0-9]+$ && "$secs" -gt 0 ]] || { echo "fuzz.sh: SECONDS must be a positive integer, got '$secs'" >&2; exit 2; }
+[[ -f "$root/fuzz/$target.cpp" ]] || { echo "fuzz.sh: no fuzz target $root/fuzz/$target.cpp" >&2; exit 2; }
+
+echo "fuzz.sh: configuring $build"
+mkdir -p "$build"
+(cd "$root" && cmake --preset fuzz -B "$build" >"$build/configure.log" 2>&1) || {
+  cat "$build/configure.log" >&2; exit 1; }
+echo "fuzz.sh: building $target"
+cmake --build "$build" --target "$target" -j "${M3_FUZZ_JOBS:-2}"
+
+corpus="$build/corpus/$target"
+artifacts="$build/artifacts/"
+mkdir -p "$corpus" "$artifacts"
+seeds="$root/fuzz/corpus/${target#fuzz_}"
+[[ -d "$seeds" ]] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+dict=()
+[[ "$target" == fuzz_safetensors_header && -f "$root/fuzz/safetensors.dict" ]] && dict=(-dict="$root/fuzz/safetensors.dict")
+
+echo "fuzz.sh: running $target for ${secs}s (corpus $corpus)"
+# NOTE: leak detection is off: the parser owns no raw allocations, and LeakSanitizer cannot run
+# under ptrace-restricted containers (it aborts the whole run there).
+ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}" \
+UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
+  "$build/fuzz/$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+  -print_final_stats=1 -artifact_prefix="$artifacts" "${dict[@]}" "$corpus"
+echo "fuzz.sh: $target ran ${secs}s without a crash"
