@@ -1,0 +1,173 @@
+// Fused per-head norm + partial NeoX RoPE + cache insert, for any number of tokens.
+//
+// Input, per token t, the fused projection row (fp32) proj[t * proj_stride + ...]:
+//   [ q: H x D | k: KV x D | v: KV x D | iq: IH x ID | ik: ID ]   (iq/ik only when IH > 0)
+// Per vector x (one head):
+//   q, k, iq, ik:  y = x / sqrt(mean(x^2) + eps) * (1 + w)  (Gemma norm; one weight per kind,
+//                  shared by all heads), then RoPE on channels [0, R): with r = R/2 and
+//                  a_i = fp32(p * inv_freq[i]),  y_i' = y_i cos a_i - y_{i+r} sin a_i,
+//                  y_{i+r}' = y_{i+r} cos a_i + y_i sin a_i; channels >= R pass through.
+//   v:             stored as is.
+// Outputs: q -> q_out [T, H*D] fp32, iq -> iq_out [T, IH*ID] fp32; k, v -> main caches at the
+// token's slot (layout in native/kv_cache.h) as e(x * inv_scale); ik -> index-K cache likewise.
+// Rows with slot < 0 (padding) write no cache entry; their q/iq rows are still written.
+//
+// Work item w = one (token, vector) pair, executed by one warp: w = t * nvec + v with
+// nvec = H + 2 KV (+ IH + 1 on sparse layers), vectors ordered q heads, k heads, v heads, iq
+// heads, ik. Lane l owns the rotary pairs (i, i + r) for i = l + 32 j and the pass-through
+// channels R + l + 32 j, so the norm is one warp sum and the rotation needs no exchange.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention_common.cuh"
+
+namespace m3::kernels {
+
+constexpr int kRopeMaxDim = 256;  // largest head_dim / index_dim the warp mapping covers
+
+struct QkNormRopeCacheParams {
+  const float* proj = nullptr;  // [T, proj_stride]
+  int64_t proj_stride = 0;
+  int num_tokens = 0;
+  int num_heads = 0, kv_heads = 0, head_dim = 0;
+  int index_heads = 0, index_dim = 0;  // index_heads = 0: full-attention layer (no iq/ik)
+  int rotary_dim = 0;
+  float eps = 1e-6f;
+  const float* q_norm = nullptr;   // [D]
+  const float* k_norm = nullptr;   // [D]
+  const float* iq_norm = nullptr;  // [ID]
+  const float* ik_norm = nullptr;  // [ID]
+  const float* inv_freq = nullptr;  // [rotary_dim / 2] fp32, as the reference builds it
+  const int32_t* positions = nullptr;  // [T] (-1 = padding; rotated as position 0)
+  const int32_t* slots = nullptr;      // [T] (-1 = padding: no cache write)
+  float* q_out = nullptr;   // [T, H*D]
+  float* iq_out = nullptr;  // [T, IH*ID]
+  void* k_cache = nullptr;  // [slots, KV, D]
+  void* v_cache = nullptr;  // [slots, KV, D]
+  void* ik_cache = nullptr; // [slots, ID]
+  float k_inv_scale = 1, v_inv_scale = 1, ik_inv_scale = 1;  // stored = encode(x * inv_scale)
+
+  __host__ __device__ int vectors_per_token() const {
+    return num_heads + 2 * kv_heads + (index_heads > 0 ? index_heads + 1 : 0);
+  }
+  __host__ __device__ int64_t num_work() const { return int64_t(num_tokens) * vectors_per_token(); }
+};
+
+template <class KvC, class IkC>
+__device__ void qk_norm_rope_cache_work(int64_t w, int lane, const QkNormRopeCacheParams& p) {
+  const int nvec = p.vectors_per_token();
+  const int t = int(w / nvec), vec = int(w % nvec);
+  const int H = p.num_heads, KV = p.kv_heads, D = p.head_dim, ID = p.index_dim;
+  const float* row = p.proj + int64_t(t) * p.proj_stride;
+  const int32_t slot = p.slots[t];
+  const int32_t pos = p.positions[t] < 0 ? 0 : p.positions[t];
+
+  enum Kind { Q, K, V, IQ, IK };
+  Kind kind;
+  int head = 0, dim = D;
+  const float* src;
+  const float* nw = nullptr;
+  if (vec < H) {
+    kind = Q; head = vec; src = row + int64_t(head) * D; nw = p.q_norm;
+  } else if (vec < H + KV) {
+    kind = K; head = vec - H; src = row + int64_t(H + head) * D; nw = p.k_norm;
+  } else if (vec < H + 2 * KV) {
+    kind = V; head = vec - H - KV; src = row + int64_t(H + KV + head) * D;
+  } else if (vec < H + 2 * KV + p.index_heads) {
+    kind = IQ; head = vec - H - 2 * KV; dim = ID; src = row + int64_t(H + 2 * KV) * D + int64_t(head) * ID;
+    nw = p.iq_norm;
+  } else {
+    kind = IK; dim = ID; src = row + int64_t(H + 2 * KV) * D + int64_t(p.index_heads) * ID; nw = p.ik_norm;
+  }
+  if ((kind == K || kind == V || kind == IK) && slot < 0) return;  // padding: no cache write
+
+  const int R = kind == V ? 0 : p.rotary_dim;
+  const int r = R / 2;
+  constexpr int kPairs = kRopeMaxDim / 2 / 32, kPass = kRopeMaxDim / 32;
+  float a[kPairs], b[kPairs], c[kPass];
+  float ss = 0;
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    int i = lane + 32 * j;
+    a[j] = i < r ? src[i] : 0.f;
+    b[j] = i < r ? src[i + r] : 0.f;
+    ss += a[j] * a[j] + b[j] * b[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kPass; ++j) {
+    int d = R + lane + 32 * j;
+    c[j] = d < dim ? src[d] : 0.f;
+    ss += c[j] * c[j];
+  }
+
+  if (kind != V) {
+    ss = warp_sum(ss);
+    const float rs = 1.0f / sqrtf(ss / float(dim) + p.eps);
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      int i = lane + 32 * j;
+      if (i < r) {
+        float y0 = a[j] * rs * (1.0f + nw[i]);
+        float y1 = b[j] * rs * (1.0f + nw[i + r]);
+        // NOTE: the angle is the fp32 product, its cos/sin taken in double and rounded, exactly
+        // as the reference (ref/rope.h) and transformers' fp32 tables do.
+        float ang = float(pos) * p.inv_freq[i];
+        double sd, cd;
+        sincos(double(ang), &sd, &cd);
+        float cs = float(cd), sn = float(sd);
+        a[j] = y0 * cs - y1 * sn;
+        b[j] = y1 * cs + y0 * sn;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kPass; ++j) {
+      int d = R + lane + 32 * j;
+      if (d < dim) c[j] = c[j] * rs * (1.0f + nw[d]);
+    }
+  }
+
+  // Destination.
+  if (kind == Q || kind == IQ) {
+    float* dst = kind == Q ? p.q_out + (int64_t(t) * H + head) * D : p.iq_out + (int64_t(t) * p.index_heads + head) * ID;
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      int i = lane + 32 * j;
+      if (i < r) { dst[i] = a[j]; dst[i + r] = b[j]; }
+    }
+#pragma unroll
+    for (int j = 0; j < kPass; ++j) {
+      int d = R + lane + 32 * j;
+      if (d < dim) dst[d] = c[j];
+    }
+  } else if (kind == K || kind == V) {
+    using S = typename KvC::Store;
+    S* dst = static_cast<S*>(kind == K ? p.k_cache : p.v_cache) + (int64_t(slot) * KV + head) * D;
+    const float inv = kind == K ? p.k_inv_scale : p.v_inv_scale;
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      int i = lane + 32 * j;
+      if (i < r) { dst[i] = KvC::encode(a[j] * inv); dst[i + r] = KvC::encode(b[j] * inv); }
+    }
+#pragma unroll
+    for (int j = 0; j < kPass; ++j) {
+      int d = R + lane + 32 * j;
+      if (d < dim) dst[d] = KvC::encode(c[j] * inv);
+    }
+  } else {
+    using S = typename IkC::Store;
+    S* dst = static_cast<S*>(p.ik_cache) + int64_t(slot) * ID;
+    const float inv = p.ik_inv_scale;
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      int i = lane + 32 * j;
+      if (i < r) { dst[i] = IkC::encode(a[j] * inv); dst[i + r] = IkC::encode(b[j] * inv); }
+    }
+#pragma unroll
+    for (int j = 0; j < kPass; ++j) {
+      int d = R + lane + 32 * j;
+      if (d < dim) dst[d] = IkC::encode(c[j] * inv);
+    }
+  }
+}
+
+}  // namespace m3::kernels

@@ -1,0 +1,129 @@
+// Attention launchers: one 128-thread block per (token, KV group, split), one instantiation per
+// (cache dtype, head_dim in {64, 128}); a combine kernel (one warp per token x head) when S > 1.
+#include <cmath>
+
+#include "kernels/attention.cuh"
+#include "native/attention.h"
+#include "native/cuda_check.h"
+
+namespace m3::native {
+namespace {
+
+constexpr int kThreads = kernels::kAttnWarps * 32;
+constexpr int kCombineWarps = 4;
+
+template <class C, int D>
+__global__ void __launch_bounds__(kThreads) attention_split_kernel(kernels::AttentionParams p) {
+  extern __shared__ float q_s[];
+  kernels::attention_split_work<C, D>(int64_t(blockIdx.x), int(threadIdx.x), q_s, p);
+}
+
+__global__ void __launch_bounds__(kCombineWarps * 32) attention_combine_kernel(kernels::AttentionParams p) {
+  int64_t w = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+  if (w >= int64_t(p.num_tokens) * p.num_heads) return;
+  kernels::attention_combine_work(w, int(threadIdx.x % 32), p);
+}
+
+template <class C, int D>
+void launch_split(const kernels::AttentionParams& p, int64_t blocks, size_t smem, cudaStream_t s) {
+  attention_split_kernel<C, D><<<unsigned(blocks), kThreads, smem, s>>>(p);
+}
+
+int device_sms() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    M3_CUDA_CHECK(cudaGetDevice(&dev));
+    M3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  return n;
+}
+
+}  // namespace
+
+int attention_max_tiles(bool sparse, int topk, int block_size, int max_context) {
+  int64_t keys = sparse ? int64_t(topk) * block_size : int64_t(max_context);
+  return int((keys + kernels::kAttnTile - 1) / kernels::kAttnTile);
+}
+
+int attention_splits(int num_tokens, int kv_heads, int max_tiles_per_row, int num_sms) {
+  int64_t rows = int64_t(num_tokens) * kv_heads;
+  if (rows <= 0 || max_tiles_per_row <= 1) return 1;
+  int64_t want = (int64_t(4) * num_sms + rows - 1) / rows;
+  int64_t cap = (max_tiles_per_row + 1) / 2;  // at least two tiles per split
+  int64_t s = want < cap ? want : cap;
+  return int(s < 1 ? 1 : s);
+}
+
+size_t attention_workspace_bytes(int num_tokens, int num_heads, int head_dim, int num_splits) {
+  if (num_splits <= 1) return 0;
+  return size_t(num_tokens) * size_t(num_heads) * size_t(num_splits) * (size_t(head_dim) + 2) * sizeof(float);
+}
+
+int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, const KvLayerView& cache,
+                      cudaStream_t stream) {
+  const int T = meta.num_tokens;
+  const int KV = cache.kv_heads, D = cache.head_dim;
+  M3_CHECK(KV > 0 && a.num_heads > 0 && a.num_heads % KV == 0, "attention: {} query heads for {} KV heads",
+           a.num_heads, KV);
+  M3_CHECK(a.num_heads / KV <= kernels::kAttnMaxGroup, "attention: {} query heads per KV head exceed {}",
+           a.num_heads / KV, kernels::kAttnMaxGroup);
+  M3_CHECK(D == 64 || D == 128, "attention: head_dim {} unsupported (64 or 128)", D);
+  M3_CHECK(cache.k && cache.v, "attention: cache K/V pointers are null");
+  M3_CHECK(a.q && a.out, "attention: q and out must be set");
+  M3_CHECK(!a.selected || a.topk > 0, "attention: selected blocks given with topk {}", a.topk);
+  if (T == 0) return 1;
+  const int max_tiles = attention_max_tiles(a.selected != nullptr, a.topk, cache.block_size, meta.max_context);
+  int S = a.num_splits > 0 ? a.num_splits : attention_splits(T, KV, max_tiles, device_sms());
+  const int64_t blocks = int64_t(T) * KV * S;
+  M3_CHECK(blocks < (int64_t(1) << 31), "attention: {} work items exceed the grid", blocks);
+
+  kernels::AttentionParams p;
+  p.q = a.q;
+  p.k_cache = cache.k;
+  p.v_cache = cache.v;
+  p.k_scale = cache.k_scale;
+  p.v_scale = cache.v_scale;
+  p.positions = meta.positions;
+  p.token_seq = meta.token_seq;
+  p.block_tables = meta.block_tables;
+  p.table_width = meta.table_width;
+  p.selected = a.selected;
+  p.topk = a.topk;
+  p.num_tokens = T;
+  p.num_heads = a.num_heads;
+  p.kv_heads = KV;
+  p.head_dim = D;
+  p.block_size = cache.block_size;
+  p.softmax_scale = a.softmax_scale > 0 ? a.softmax_scale : float(1.0 / std::sqrt(double(D)));
+  p.num_splits = S;
+  p.out = a.out;
+  if (S > 1) {
+    size_t need = attention_workspace_bytes(T, a.num_heads, D, S);
+    M3_CHECK(a.workspace && a.workspace_bytes >= need, "attention: workspace {} bytes, {} splits need {}",
+             a.workspace_bytes, S, need);
+    p.part_o = static_cast<float*>(a.workspace);
+    p.part_ml = p.part_o + size_t(T) * a.num_heads * S * D;
+  }
+  const size_t smem = size_t(a.num_heads / KV) * D * sizeof(float);
+  using kernels::CacheBf16;
+  using kernels::CacheFp8;
+  if (cache.kv_dtype == DType::F8_E4M3) {
+    if (D == 64) launch_split<CacheFp8, 64>(p, blocks, smem, stream);
+    else launch_split<CacheFp8, 128>(p, blocks, smem, stream);
+  } else if (cache.kv_dtype == DType::BF16) {
+    if (D == 64) launch_split<CacheBf16, 64>(p, blocks, smem, stream);
+    else launch_split<CacheBf16, 128>(p, blocks, smem, stream);
+  } else {
+    M3_FAIL("attention: K/V cache dtype {} unsupported", dtype_name(cache.kv_dtype));
+  }
+  M3_LAUNCH_CHECK(stream);
+  if (S > 1) {
+    int64_t cb = (int64_t(T) * a.num_heads + kCombineWarps - 1) / kCombineWarps;
+    attention_combine_kernel<<<unsigned(cb), kCombineWarps * 32, 0, stream>>>(p);
+    M3_LAUNCH_CHECK(stream);
+  }
+  return S;
+}
+
+}  // namespace m3::native

@@ -1,0 +1,29 @@
+// Native launcher of the MSA indexer (kernels/indexer.cuh): per token and index group, the top-k
+// key blocks by max-pooled index score, local blocks forced. Two launches: block scores (one
+// thread block per token x visible block), then selection (one warp per token x group).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "native/kv_cache.h"
+#include "native/step_metadata.h"
+
+namespace m3::native {
+
+struct IndexerArgs {
+  const float* iq = nullptr;  // [T, IH*ID] fp32, normed and rotated (qk_norm_rope_cache output)
+  int index_heads = 0, index_dim = 0;
+  int topk = 0;   // blocks kept per group
+  int local = 0;  // forced blocks ending at the query's own block
+  void* workspace = nullptr;  // indexer_workspace_bytes() bytes
+  size_t workspace_bytes = 0;
+  int32_t* selected = nullptr;  // [T, IH, topk] logical block ids, ascending, -1 padded
+};
+
+// Workspace for T rows whose causal lengths are at most max_context.
+size_t indexer_workspace_bytes(int num_tokens, int index_heads, int max_context, int block_size);
+
+// Selects blocks for meta.num_tokens rows from the layer's index-K cache (cache.ik).
+void indexer_select(const IndexerArgs& a, const StepMetadataView& meta, const KvLayerView& cache, cudaStream_t stream);
+
+}  // namespace m3::native

@@ -1,0 +1,158 @@
+// Decode timing of the indexer and the block-sparse attention at batch 1 (real MiniMax-M3 layer
+// shapes: 64 q heads, 4 KV heads, head_dim 128, index 4 x 128, block 128, top-16, FP8 caches),
+// contexts 8K and 64K, against the bytes each must read: the whole index-K cache (context x 128 B)
+// and the selected K/V blocks (4 groups x 16 blocks x 128 tokens x 128 B x 2). Cold L2 (a 256 MB
+// memset between iterations) and warm; medians of event timings. Runs only with M3_BENCH=1.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "native/attention.h"
+#include "native/indexer.h"
+#include "test_attention_common.h"
+
+using namespace m3;
+using namespace m3::test;
+
+namespace {
+
+std::vector<uint8_t> random_fp8(size_t n, uint64_t seed) {
+  std::vector<uint8_t> b(n);
+  uint64_t x = seed | 1;
+  for (size_t i = 0; i < n; i += 8) {
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    for (size_t j = 0; j < 8 && i + j < n; ++j) {
+      uint8_t v = uint8_t(x >> (8 * j));
+      if ((v & 0x7f) == 0x7f) v ^= 1;  // no NaN codes
+      b[i + j] = v;
+    }
+  }
+  return b;
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+TEST(GpuAttentionBench, DecodeBatch1) {
+  if (!std::getenv("M3_BENCH")) GTEST_SKIP() << "set M3_BENCH=1 to run the decode timing";
+  const int H = 64, KV = 4, D = 128, IH = 4, ID = 128, bs = 128, topk = 16;
+  cudaStream_t st;
+  M3_CUDA_CHECK(cudaStreamCreate(&st));
+  DevBuf<uint8_t> flush(size_t(256) << 20);
+  cudaEvent_t e0, e1, e2;
+  M3_CUDA_CHECK(cudaEventCreate(&e0));
+  M3_CUDA_CHECK(cudaEventCreate(&e1));
+  M3_CUDA_CHECK(cudaEventCreate(&e2));
+  // Reference bandwidth: 1 GiB device-to-device copy (read + write counted).
+  float copy_tbs = 0;
+  {
+    DevBuf<uint8_t> a(size_t(1) << 30), b(size_t(1) << 30);
+    M3_CUDA_CHECK(cudaMemsetAsync(a.p, 1, a.n, st));
+    std::vector<float> ts;
+    for (int i = 0; i < 6; ++i) {
+      M3_CUDA_CHECK(cudaEventRecord(e0, st));
+      M3_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, a.n, cudaMemcpyDeviceToDevice, st));
+      M3_CUDA_CHECK(cudaEventRecord(e1, st));
+      M3_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms;
+      M3_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i) ts.push_back(ms);
+    }
+    copy_tbs = float(2.0 * double(a.n) / (median(ts) * 1e-3) / 1e12);
+  }
+  std::printf("\n  device-to-device copy 1 GiB: %.2f TB/s (read + write)\n", copy_tbs);
+  std::printf("  %-6s %-5s %-6s %9s %9s %9s %10s %10s %8s\n", "ctx", "L2", "splits", "index_us", "attn_us",
+              "total_us", "bytes_MB", "GB/s", "of_copy");
+  Rng rng;
+  for (int ctx : {8192, 65536}) {
+    Scenario sc = make_scenario({{ctx - 1, 1}}, bs, 0, rng.gen, 1);
+    native::KvCacheShape shape;
+    shape.num_layers = 1;
+    shape.num_blocks = sc.num_blocks;
+    shape.block_size = bs;
+    shape.kv_heads = KV;
+    shape.head_dim = D;
+    shape.index_dim = ID;
+    shape.has_index = {1};
+    native::DeviceKvCache cache(shape);
+    cache.set_scales(0, 0.01f, 0.01f, 0.02f);
+    auto view = cache.layer(0);
+    {
+      auto k = random_fp8(shape.kv_bytes(), rng.gen());
+      M3_CUDA_CHECK(cudaMemcpy(view.k, k.data(), k.size(), cudaMemcpyHostToDevice));
+      auto v = random_fp8(shape.kv_bytes(), rng.gen());
+      M3_CUDA_CHECK(cudaMemcpy(view.v, v.data(), v.size(), cudaMemcpyHostToDevice));
+      auto ik = random_fp8(shape.ik_bytes(), rng.gen());
+      M3_CUDA_CHECK(cudaMemcpy(view.ik, ik.data(), ik.size(), cudaMemcpyHostToDevice));
+    }
+    native::DeviceStepMetadata dmeta(1, 1, sc.meta.table_width);
+    dmeta.upload(sc.meta, st);
+    DevBuf<float> q(rng.normals(size_t(H) * D)), iq(rng.normals(size_t(IH) * ID)), out(size_t(H) * D);
+    size_t iws = native::indexer_workspace_bytes(1, IH, ctx, bs);
+    DevBuf<uint8_t> iwork(iws);
+    DevBuf<int32_t> sel(size_t(IH) * topk);
+    size_t aws = native::attention_workspace_bytes(1, H, D, 256);
+    DevBuf<uint8_t> awork(aws);
+    native::IndexerArgs ia;
+    ia.iq = iq.p;
+    ia.index_heads = IH;
+    ia.index_dim = ID;
+    ia.topk = topk;
+    ia.local = 1;
+    ia.workspace = iwork.p;
+    ia.workspace_bytes = iws;
+    ia.selected = sel.p;
+    // split -1: dense causal attention over the whole context (the full-attention layers), no indexer.
+    for (int split : {0, 8, 16, 32, 64, -1}) {
+      const bool dense = split < 0;
+      const double bytes = dense ? double(ctx) * KV * D * 2 : double(ctx) * ID + double(KV) * topk * bs * D * 2;
+      native::AttentionArgs aa;
+      aa.q = q.p;
+      aa.num_heads = H;
+      aa.selected = dense ? nullptr : sel.p;
+      aa.topk = dense ? 0 : topk;
+      if (dense) split = 0;
+      aa.num_splits = split;
+      aa.workspace = awork.p;
+      aa.workspace_bytes = aws;
+      aa.out = out.p;
+      for (bool cold : {true, false}) {
+        std::vector<float> ti, ta, tt;
+        int used = 0;
+        for (int it = 0; it < 60; ++it) {
+          if (cold) M3_CUDA_CHECK(cudaMemsetAsync(flush.p, it & 0xff, flush.n, st));
+          M3_CUDA_CHECK(cudaEventRecord(e0, st));
+          if (!dense) native::indexer_select(ia, dmeta.view(), view, st);
+          M3_CUDA_CHECK(cudaEventRecord(e1, st));
+          used = native::attention_forward(aa, dmeta.view(), view, st);
+          M3_CUDA_CHECK(cudaEventRecord(e2, st));
+          M3_CUDA_CHECK(cudaEventSynchronize(e2));
+          float a, b, c;
+          M3_CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
+          M3_CUDA_CHECK(cudaEventElapsedTime(&b, e1, e2));
+          M3_CUDA_CHECK(cudaEventElapsedTime(&c, e0, e2));
+          if (it >= 10) { ti.push_back(a * 1e3f); ta.push_back(b * 1e3f); tt.push_back(c * 1e3f); }
+        }
+        float total = median(tt);
+        double gbs = bytes / (double(total) * 1e-6) / 1e9;
+        std::printf("  %-6d %-5s %-6s %9.2f %9.2f %9.2f %10.2f %10.1f %7.1f%%\n", ctx, cold ? "cold" : "warm",
+                    ((dense ? "D" : "") + std::to_string(used)).c_str(),
+                    median(ti), median(ta), total, bytes / 1e6, gbs, 100.0 * gbs / (copy_tbs * 1e3));
+      }
+    }
+    // Selections must be valid: ascending ids <= the query block, local block present.
+    auto s = sel.download();
+    for (int g = 0; g < IH; ++g) {
+      EXPECT_EQ(s[size_t(g) * topk + topk - 1], (ctx - 1) / bs) << "local block last (ascending)";
+      for (int i = 1; i < topk; ++i) EXPECT_LT(s[size_t(g) * topk + i - 1], s[size_t(g) * topk + i]);
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaEventDestroy(e2);
+  cudaStreamDestroy(st);
+}
