@@ -59,8 +59,10 @@ std::vector<std::pair<int, double>> sampling_distribution(const float* logits, i
   std::vector<std::pair<int, double>> d;
   d.reserve(k);
   double z = 0;
+  M3_CHECK(top != -INFINITY, "sampling: every logit is -inf");
   for (int id : ids) {
-    double w = std::exp((double(logits[id]) - top) * inv_t);  // -inf logits give 0
+    // the top logit(s) weigh 1 (also when +inf); -inf logits give 0
+    double w = double(logits[id]) == top ? 1.0 : std::exp((double(logits[id]) - top) * inv_t);
     d.emplace_back(id, w);
     z += w;
   }

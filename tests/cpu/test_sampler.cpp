@@ -177,6 +177,14 @@ TEST(Sampler, RejectsBadParameters) {
   EXPECT_THROW(sample_token(lg.data(), 2, SamplingParams{1.f, 0, 0.f, 0}, st), m3::Error);
   EXPECT_THROW(sample_token(lg.data(), 2, SamplingParams{1.f, 0, 1.5f, 0}, st), m3::Error);
   EXPECT_THROW(sample_token(lg.data(), 0, SamplingParams{}, st), m3::Error);
+  std::vector<float> ninf{-INFINITY, -INFINITY};
+  EXPECT_THROW(sample_token(ninf.data(), 2, SamplingParams{1.f, 0, 1.f, 0}, st), m3::Error);
+  // +inf logits: the distribution is uniform over them, never NaN
+  std::vector<float> pinf{0.f, INFINITY, 3.f, INFINITY};
+  auto d = sampling_distribution(pinf.data(), 4, SamplingParams{1.f, 0, 1.f, 0});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], (std::pair<int, double>{1, 0.5}));
+  EXPECT_EQ(d[1], (std::pair<int, double>{3, 0.5}));
   std::vector<float> nan{0.f, NAN};
   EXPECT_THROW(sample_token(nan.data(), 2, SamplingParams{}, st), m3::Error);
   EXPECT_THROW(sample_token(nan.data(), 2, SamplingParams{1.f, 0, 1.f, 0}, st), m3::Error);
