@@ -1,0 +1,620 @@
+// plan_prepared (arena layout of one rank), the weight sources (host fp32, memory-mapped
+// checkpoint), fill_prepared (row chunks quantized in parallel into a staging window) and the
+// dequantizers back to fp32 LayerWeights / ModelWeights.
+#include "model/prepare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "core/check.h"
+#include "core/codecs.h"
+#include "model/quantize.h"
+
+namespace m3 {
+
+std::string_view prepared_family_name(PreparedFamily f) {
+  switch (f) {
+    case PreparedFamily::AttnQkv: return "attention q/k/v/index fp8";
+    case PreparedFamily::AttnO: return "attention o fp8";
+    case PreparedFamily::Norms: return "norms bf16";
+    case PreparedFamily::DenseMlp: return "dense mlp bf16";
+    case PreparedFamily::Router: return "router";
+    case PreparedFamily::Experts: return "routed experts mxfp4";
+    case PreparedFamily::SharedExpert: return "shared expert mxfp4";
+    case PreparedFamily::Embed: return "embeddings bf16";
+    case PreparedFamily::LmHead: return "lm_head bf16";
+    case PreparedFamily::Count: break;
+  }
+  M3_FAIL("invalid prepared family {}", int(f));
+}
+
+namespace {
+
+uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+int64_t bf16_row_bytes(int64_t cols) { return int64_t(round_up(uint64_t(cols) * 2, 16)); }
+int64_t f32_row_bytes(int64_t cols) { return int64_t(round_up(uint64_t(cols) * 4, 16)); }
+
+struct Planner {
+  uint64_t cur = 0;
+  std::array<uint64_t, size_t(PreparedFamily::Count)> fam{};
+  PTensor add(PreparedFamily f, DType dt, int64_t rows, int64_t cols, int64_t row_bytes, int slots = 1) {
+    PTensor t;
+    t.offset = round_up(cur, kArenaAlign);
+    t.dtype = dt;
+    t.rows = rows;
+    t.cols = cols;
+    t.row_bytes = row_bytes;
+    t.slots = slots;
+    t.bytes = uint64_t(slots) * t.slot_bytes();
+    cur = t.offset + t.bytes;
+    fam[size_t(f)] += t.bytes;
+    return t;
+  }
+  PTensor bf16(PreparedFamily f, int64_t rows, int64_t cols) {
+    return add(f, DType::BF16, rows, cols, bf16_row_bytes(cols));
+  }
+  PFp8 fp8(PreparedFamily f, int64_t rows, int64_t cols) {
+    PFp8 m;
+    m.codes = add(f, DType::F8_E4M3, rows, cols, fp8_row_bytes(cols));
+    m.scales = add(f, DType::F32, rows, 1, 4);  // scale rows are not padded
+    return m;
+  }
+  PMxfp4 mxfp4(PreparedFamily f, int slots, int64_t rows, int64_t cols) {
+    PMxfp4 m;
+    m.codes = add(f, DType::E2M1x2, rows, cols, mxfp4_row_bytes(cols), slots);
+    m.scales = add(f, DType::E8M0, rows, mxfp4_row_blocks(cols), mxfp4_row_blocks(cols), slots);
+    return m;
+  }
+};
+
+}  // namespace
+
+PreparedLayout plan_prepared(const ModelSpec& spec, const PrepareOptions& opt) {
+  spec.validate();
+  const int tp = opt.tp_size;
+  M3_CHECK(tp >= 1 && opt.tp_rank >= 0 && opt.tp_rank < tp, "prepare: tp_rank {} / tp_size {} invalid", opt.tp_rank,
+           tp);
+  auto divides = [&](int64_t v, const char* field) {
+    M3_CHECK(v % tp == 0, "prepare: {} = {} is not divisible by tensor-parallel size {}", field, v, tp);
+    return v / tp;
+  };
+  PreparedLayout L;
+  L.spec = spec;
+  L.opt = opt;
+  L.heads = int(divides(spec.num_heads, "num_attention_heads"));
+  L.kv_heads = int(divides(spec.num_kv_heads, "num_key_value_heads"));
+  L.index_heads = spec.num_sparse_layers() > 0 ? int(divides(spec.index_heads, "index_n_heads")) : 0;
+  L.dense_inter = spec.num_moe_layers() < spec.num_layers ? divides(spec.dense_inter, "dense_intermediate_size") : 0;
+  L.moe_inter = spec.num_moe_layers() > 0 ? divides(spec.moe_inter, "intermediate_size") : 0;
+  L.shared_inter = spec.shared_inter > 0 ? divides(spec.shared_inter, "shared_intermediate_size") : 0;
+  L.vocab_rows = divides(spec.vocab_size, "vocab_size");
+  L.vocab_row0 = L.vocab_rows * opt.tp_rank;
+
+  using F = PreparedFamily;
+  Planner P;
+  const int64_t H = spec.hidden;
+  L.embed = P.bf16(F::Embed, spec.vocab_size, H);
+  L.lm_head = P.bf16(F::LmHead, L.vocab_rows, H);
+  L.final_norm = P.bf16(F::Norms, 1, H);
+  L.layers.resize(size_t(spec.num_layers));
+  for (int l = 0; l < spec.num_layers; ++l) {
+    PreparedLayerLayout& Y = L.layers[size_t(l)];
+    Y.sparse = spec.sparse(l);
+    Y.moe = spec.moe(l);
+    Y.input_norm = P.bf16(F::Norms, 1, H);
+    Y.q_rows = int64_t(L.heads) * spec.head_dim;
+    Y.k_rows = Y.v_rows = int64_t(L.kv_heads) * spec.head_dim;
+    if (Y.sparse) {
+      Y.iq_rows = int64_t(L.index_heads) * spec.index_dim;
+      Y.ik_rows = spec.index_dim;  // one index-K vector shared by all groups: every rank has all of it
+    }
+    Y.qkv = P.fp8(F::AttnQkv, Y.q_rows + Y.k_rows + Y.v_rows + Y.iq_rows + Y.ik_rows, H);
+    Y.q_norm = P.bf16(F::Norms, 1, spec.head_dim);
+    Y.k_norm = P.bf16(F::Norms, 1, spec.head_dim);
+    if (Y.sparse) {
+      Y.iq_norm = P.bf16(F::Norms, 1, spec.index_dim);
+      Y.ik_norm = P.bf16(F::Norms, 1, spec.index_dim);
+    }
+    Y.o = P.fp8(F::AttnO, H, Y.q_rows);
+    Y.post_norm = P.bf16(F::Norms, 1, H);
+    if (!Y.moe) {
+      Y.dense_gate_up = P.bf16(F::DenseMlp, 2 * L.dense_inter, H);
+      Y.dense_down = P.bf16(F::DenseMlp, H, L.dense_inter);
+      continue;
+    }
+    const int E = spec.num_experts;
+    if (opt.router_bf16)
+      Y.router = P.bf16(F::Router, E, H);
+    else
+      Y.router = P.add(F::Router, DType::F32, E, H, f32_row_bytes(H));
+    Y.router_bias = P.add(F::Router, DType::F32, 1, E, f32_row_bytes(E));
+    Y.shared_in_slot = spec.shared_inter > 0 && spec.shared_inter == spec.moe_inter;
+    Y.expert_slots = E + (Y.shared_in_slot ? 1 : 0);
+    Y.w13 = P.mxfp4(F::Experts, Y.expert_slots, 2 * L.moe_inter, H);
+    Y.w2 = P.mxfp4(F::Experts, Y.expert_slots, H, L.moe_inter);
+    if (spec.shared_inter > 0 && !Y.shared_in_slot) {
+      Y.shared_w13 = P.mxfp4(F::SharedExpert, 1, 2 * L.shared_inter, H);
+      Y.shared_w2 = P.mxfp4(F::SharedExpert, 1, H, L.shared_inter);
+    }
+  }
+  // the shared expert's slot inside the expert tensors is counted with the shared expert
+  for (const auto& Y : L.layers)
+    if (Y.shared_in_slot) {
+      uint64_t b = Y.w13.codes.slot_bytes() + Y.w13.scales.slot_bytes() + Y.w2.codes.slot_bytes() +
+                   Y.w2.scales.slot_bytes();
+      P.fam[size_t(F::Experts)] -= b;
+      P.fam[size_t(F::SharedExpert)] += b;
+    }
+  L.total_bytes = round_up(P.cur, kArenaAlign);
+  L.family_bytes = P.fam;
+  return L;
+}
+
+std::string PreparedLayout::describe_bytes() const {
+  std::string s;
+  for (size_t f = 0; f < family_bytes.size(); ++f)
+    s += fmt::format("  {:<28} {:>12.3f} MiB\n", prepared_family_name(PreparedFamily(f)),
+                     double(family_bytes[f]) / (1 << 20));
+  s += fmt::format("  {:<28} {:>12.3f} MiB (rank {} of {})\n", "total (with alignment)", double(total_bytes) / (1 << 20),
+                   opt.tp_rank, opt.tp_size);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// weight sources
+
+namespace {
+
+std::string key_str(const WeightKey& k) {
+  std::string s = std::string(weight_role_name(k.role));
+  if (k.layer >= 0) s = fmt::format("layer {} {}", k.layer, s);
+  if (k.expert >= 0) s += fmt::format(" expert {}", k.expert);
+  return s;
+}
+
+class HostSource final : public WeightSource {
+ public:
+  explicit HostSource(const ModelWeights& w) : w_(w) {}
+  void read_rows(const WeightKey& k, int64_t row0, int64_t nrows, int64_t col0, int64_t ncols,
+                 float* out) const override {
+    const float* base = nullptr;
+    int64_t rows = 0, cols = 0;
+    auto mat = [&](const Mat& m) { base = m.data.data(); rows = m.rows; cols = m.cols; };
+    auto vec = [&](const Vec& v) { base = v.data(); rows = 1; cols = int64_t(v.size()); };
+    auto layer = [&]() -> const LayerWeights& {
+      M3_CHECK(k.layer >= 0 && size_t(k.layer) < w_.layers.size(), "weights: {}: no such layer", key_str(k));
+      return w_.layers[size_t(k.layer)];
+    };
+    auto expert = [&]() -> const MlpWeights& {
+      const auto& Lw = layer();
+      M3_CHECK(k.expert >= 0 && size_t(k.expert) < Lw.experts.size(), "weights: {}: no such expert", key_str(k));
+      return Lw.experts[size_t(k.expert)];
+    };
+    switch (k.role) {
+      case WeightRole::Embed: mat(w_.embed); break;
+      case WeightRole::LmHead: mat(w_.lm_head); break;
+      case WeightRole::FinalNorm: vec(w_.final_norm); break;
+      case WeightRole::InputNorm: vec(layer().input_norm); break;
+      case WeightRole::PostNorm: vec(layer().post_norm); break;
+      case WeightRole::Wq: mat(layer().wq); break;
+      case WeightRole::Wk: mat(layer().wk); break;
+      case WeightRole::Wv: mat(layer().wv); break;
+      case WeightRole::Wo: mat(layer().wo); break;
+      case WeightRole::QNorm: vec(layer().q_norm); break;
+      case WeightRole::KNorm: vec(layer().k_norm); break;
+      case WeightRole::IndexWq: mat(layer().wiq); break;
+      case WeightRole::IndexWk: mat(layer().wik); break;
+      case WeightRole::IndexQNorm: vec(layer().iq_norm); break;
+      case WeightRole::IndexKNorm: vec(layer().ik_norm); break;
+      case WeightRole::DenseGate: mat(layer().dense.gate); break;
+      case WeightRole::DenseUp: mat(layer().dense.up); break;
+      case WeightRole::DenseDown: mat(layer().dense.down); break;
+      case WeightRole::Router: mat(layer().router); break;
+      case WeightRole::RouterBias: vec(layer().router_bias); break;
+      case WeightRole::ExpertGate: mat(expert().gate); break;
+      case WeightRole::ExpertUp: mat(expert().up); break;
+      case WeightRole::ExpertDown: mat(expert().down); break;
+      case WeightRole::SharedGate: mat(layer().shared.gate); break;
+      case WeightRole::SharedUp: mat(layer().shared.up); break;
+      case WeightRole::SharedDown: mat(layer().shared.down); break;
+    }
+    M3_CHECK(row0 >= 0 && nrows >= 0 && row0 + nrows <= rows && col0 >= 0 && ncols >= 0 && col0 + ncols <= cols,
+             "weights: {}: rows [{}, {}) cols [{}, {}) outside its shape [{}, {}]", key_str(k), row0, row0 + nrows,
+             col0, col0 + ncols, rows, cols);
+    for (int64_t r = 0; r < nrows; ++r)
+      std::memcpy(out + r * ncols, base + (row0 + r) * cols + col0, size_t(ncols) * 4);
+  }
+
+ private:
+  const ModelWeights& w_;
+};
+
+class CheckpointSource final : public WeightSource {
+ public:
+  explicit CheckpointSource(const WeightBinding& b) {
+    for (const auto& bw : b.weights)
+      map_[std::make_tuple(int(bw.entry->role), bw.entry->layer, bw.entry->expert)] = &bw;
+  }
+  void read_rows(const WeightKey& k, int64_t row0, int64_t nrows, int64_t col0, int64_t ncols,
+                 float* out) const override {
+    auto it = map_.find(std::make_tuple(int(k.role), k.layer, k.expert));
+    M3_CHECK(it != map_.end(), "checkpoint: {} is not bound", key_str(k));
+    const BoundWeight& w = *it->second;
+    const TensorView& t = *w.tensor;
+    const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
+    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : (t.shape.empty() ? 1 : t.shape[0]);
+    M3_CHECK(row0 >= 0 && nrows >= 0 && row0 + nrows <= rows && col0 >= 0 && ncols >= 0 && col0 + ncols <= cols,
+             "{}: tensor '{}': rows [{}, {}) cols [{}, {}) outside {}", t.file, t.name, row0, row0 + nrows, col0,
+             col0 + ncols, t.shape_str());
+    const uint8_t* p = t.data;
+    for (int64_t r = 0; r < nrows; ++r) {
+      const int64_t base = (row0 + r) * cols + col0;
+      float* o = out + r * ncols;
+      switch (t.dtype) {
+        case DType::F32: std::memcpy(o, p + base * 4, size_t(ncols) * 4); break;
+        case DType::BF16:
+          for (int64_t c = 0; c < ncols; ++c) {
+            uint16_t h;
+            std::memcpy(&h, p + 2 * (base + c), 2);
+            o[c] = bf16_to_f32(h);
+          }
+          break;
+        case DType::F16:
+          for (int64_t c = 0; c < ncols; ++c) {
+            uint16_t h;
+            std::memcpy(&h, p + 2 * (base + c), 2);
+            o[c] = f16_to_f32(h);
+          }
+          break;
+        case DType::F8_E4M3: {
+          M3_CHECK(w.scale && t.shape.size() == 2, "{}: tensor '{}': F8_E4M3 without its scale", t.file, t.name);
+          const int64_t groups = (cols + 31) / 32;
+          const uint8_t* s = w.scale->data + (row0 + r) * groups;
+          for (int64_t c = 0; c < ncols; ++c)
+            o[c] = e4m3_to_f32(p[base + c]) * e8m0_to_f32(s[(col0 + c) / 32]);
+          break;
+        }
+        default: M3_FAIL("{}: tensor '{}': cannot read dtype {}", t.file, t.name, dtype_name(t.dtype));
+      }
+    }
+  }
+
+ private:
+  std::map<std::tuple<int, int, int>, const BoundWeight*> map_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> make_weight_source(const ModelWeights& w) { return std::make_unique<HostSource>(w); }
+std::unique_ptr<WeightSource> make_weight_source(const WeightBinding& b) {
+  return std::make_unique<CheckpointSource>(b);
+}
+
+uint8_t* HostArenaSink::begin_chunk(uint64_t offset, size_t bytes) {
+  M3_CHECK(offset + bytes <= bytes_.size() && bytes <= max_, "host arena: chunk [{}, {}) outside {} bytes", offset,
+           offset + bytes, bytes_.size());
+  return bytes_.data() + offset;
+}
+
+ArenaReader host_arena_reader(const std::vector<uint8_t>& bytes) {
+  return [&bytes](uint64_t offset, uint64_t n, void* dst) {
+    M3_CHECK(offset + n <= bytes.size(), "host arena: read [{}, {}) outside {} bytes", offset, offset + n,
+             bytes.size());
+    std::memcpy(dst, bytes.data() + offset, size_t(n));
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// filling
+
+namespace {
+
+enum class Enc { BF16, F32, FP8, MXFP4 };
+
+// One prepared tensor to produce: destination row g (slot * rows + r) reads source row
+// map(slot, r) restricted to columns [col0, col0 + ncols).
+struct Job {
+  std::string name;
+  Enc enc;
+  PTensor main, scales;  // scales: FP8 / MXFP4 only
+  int64_t col0 = 0;
+  std::function<std::pair<WeightKey, int64_t>(int slot, int64_t row)> map;
+};
+
+void encode_row(Enc enc, const float* x, int64_t n, uint8_t* dst, int64_t row_bytes, uint8_t* scale_dst) {
+  switch (enc) {
+    case Enc::BF16: {
+      std::memset(dst, 0, size_t(row_bytes));
+      for (int64_t c = 0; c < n; ++c) {
+        M3_CHECK(std::isfinite(x[c]), "non-finite weight {} at column {}", x[c], c);
+        uint16_t h = f32_to_bf16(x[c]);
+        std::memcpy(dst + 2 * c, &h, 2);
+      }
+      return;
+    }
+    case Enc::F32:
+      std::memset(dst, 0, size_t(row_bytes));
+      for (int64_t c = 0; c < n; ++c) M3_CHECK(std::isfinite(x[c]), "non-finite weight {} at column {}", x[c], c);
+      std::memcpy(dst, x, size_t(n) * 4);
+      return;
+    case Enc::FP8: {
+      float s = quantize_fp8_row(x, n, dst);
+      std::memcpy(scale_dst, &s, 4);
+      return;
+    }
+    case Enc::MXFP4: quantize_mxfp4_row(x, n, dst, scale_dst); return;
+  }
+}
+
+void run_job(const Job& j, const WeightSource& src, ArenaSink& sink, ThreadPool& pool, uint64_t& done,
+             uint64_t total, const std::function<void(uint64_t, uint64_t)>& progress) {
+  const PTensor& T = j.main;
+  const int64_t rows_total = int64_t(T.slots) * T.rows;
+  if (rows_total == 0) return;
+  const bool scaled = j.enc == Enc::FP8 || j.enc == Enc::MXFP4;
+  const int64_t srb = scaled ? j.scales.row_bytes : 0;
+  M3_CHECK(size_t(T.row_bytes) <= sink.max_chunk(), "prepare: {}: row of {} bytes exceeds the staging window {}",
+           j.name, T.row_bytes, sink.max_chunk());
+  const int64_t per_chunk = std::max<int64_t>(1, int64_t(sink.max_chunk()) / T.row_bytes);
+  std::vector<uint8_t> scale_buf;
+  for (int64_t g0 = 0; g0 < rows_total; g0 += per_chunk) {
+    const int64_t g1 = std::min(rows_total, g0 + per_chunk);
+    uint8_t* dst = sink.begin_chunk(T.offset + uint64_t(g0) * uint64_t(T.row_bytes), size_t((g1 - g0) * T.row_bytes));
+    scale_buf.assign(size_t((g1 - g0) * srb), 0);
+    pool.parallel_for(
+        g1 - g0,
+        [&](int64_t b, int64_t e) {
+          std::vector<float> row(size_t(T.cols));
+          for (int64_t i = b; i < e; ++i) {
+            const int64_t g = g0 + i;
+            const int slot = int(g / T.rows);
+            const int64_t r = g % T.rows;
+            auto [key, srow] = j.map(slot, r);
+            try {
+              src.read_rows(key, srow, 1, j.col0, T.cols, row.data());
+              encode_row(j.enc, row.data(), T.cols, dst + i * T.row_bytes, T.row_bytes,
+                         scaled ? scale_buf.data() + i * srb : nullptr);
+            } catch (const Error& err) {
+              M3_FAIL("prepare {}: row {} (source {} row {}): {}", j.name, g, key_str(key), srow, err.what());
+            }
+          }
+        },
+        std::max<int64_t>(1, 4096 / std::max<int64_t>(1, T.cols / 256)));
+    sink.end_chunk();
+    done += uint64_t(g1 - g0) * uint64_t(T.row_bytes);
+    if (scaled) {
+      uint8_t* sd = sink.begin_chunk(j.scales.offset + uint64_t(g0) * uint64_t(srb), scale_buf.size());
+      std::memcpy(sd, scale_buf.data(), scale_buf.size());
+      sink.end_chunk();
+      done += scale_buf.size();
+    }
+    if (progress) progress(done, total);
+  }
+}
+
+// Interleaved gate/up: destination row 2j = gate row j, 2j + 1 = up row j, of this rank's slice.
+std::pair<WeightKey, int64_t> gate_up_row(WeightRole gate, WeightRole up, int layer, int expert, int64_t row0,
+                                          int64_t r) {
+  return {WeightKey{(r & 1) ? up : gate, layer, expert}, row0 + r / 2};
+}
+
+}  // namespace
+
+void fill_prepared(const PreparedLayout& L, const WeightSource& src, ArenaSink& sink, ThreadPool& pool,
+                   const std::function<void(uint64_t, uint64_t)>& progress) {
+  const ModelSpec& s = L.spec;
+  const int rank = L.opt.tp_rank;
+  std::vector<Job> jobs;
+  auto whole = [](WeightRole role, int layer) {
+    return [role, layer](int, int64_t r) { return std::make_pair(WeightKey{role, layer, -1}, r); };
+  };
+  auto vec_job = [&](std::string name, const PTensor& t, WeightRole role, int layer) {
+    jobs.push_back(Job{std::move(name), Enc::BF16, t, {}, 0, whole(role, layer)});
+  };
+  jobs.push_back(Job{"embed", Enc::BF16, L.embed, {}, 0, whole(WeightRole::Embed, -1)});
+  {
+    const int64_t v0 = L.vocab_row0;
+    jobs.push_back(Job{"lm_head", Enc::BF16, L.lm_head, {}, 0, [v0](int, int64_t r) {
+                         return std::make_pair(WeightKey{WeightRole::LmHead, -1, -1}, v0 + r);
+                       }});
+  }
+  vec_job("final_norm", L.final_norm, WeightRole::FinalNorm, -1);
+  for (int l = 0; l < s.num_layers; ++l) {
+    const PreparedLayerLayout& Y = L.layers[size_t(l)];
+    const std::string P = fmt::format("layer {} ", l);
+    vec_job(P + "input_norm", Y.input_norm, WeightRole::InputNorm, l);
+    vec_job(P + "post_norm", Y.post_norm, WeightRole::PostNorm, l);
+    vec_job(P + "q_norm", Y.q_norm, WeightRole::QNorm, l);
+    vec_job(P + "k_norm", Y.k_norm, WeightRole::KNorm, l);
+    if (Y.sparse) {
+      vec_job(P + "index_q_norm", Y.iq_norm, WeightRole::IndexQNorm, l);
+      vec_job(P + "index_k_norm", Y.ik_norm, WeightRole::IndexKNorm, l);
+    }
+    // fused q | k | v | iq | ik rows of this rank
+    const int64_t qr = Y.q_rows, kr = Y.k_rows, vr = Y.v_rows, iqr = Y.iq_rows;
+    jobs.push_back(Job{P + "qkv", Enc::FP8, Y.qkv.codes, Y.qkv.scales, 0, [=](int, int64_t r) {
+                         if (r < qr) return std::make_pair(WeightKey{WeightRole::Wq, l, -1}, rank * qr + r);
+                         r -= qr;
+                         if (r < kr) return std::make_pair(WeightKey{WeightRole::Wk, l, -1}, rank * kr + r);
+                         r -= kr;
+                         if (r < vr) return std::make_pair(WeightKey{WeightRole::Wv, l, -1}, rank * vr + r);
+                         r -= vr;
+                         if (r < iqr) return std::make_pair(WeightKey{WeightRole::IndexWq, l, -1}, rank * iqr + r);
+                         r -= iqr;
+                         return std::make_pair(WeightKey{WeightRole::IndexWk, l, -1}, r);
+                       }});
+    jobs.push_back(Job{P + "o", Enc::FP8, Y.o.codes, Y.o.scales, rank * qr, whole(WeightRole::Wo, l)});
+    if (!Y.moe) {
+      const int64_t I = L.dense_inter;
+      jobs.push_back(Job{P + "dense gate_up", Enc::BF16, Y.dense_gate_up, {}, 0, [=](int, int64_t r) {
+                           return gate_up_row(WeightRole::DenseGate, WeightRole::DenseUp, l, -1, rank * I, r);
+                         }});
+      jobs.push_back(Job{P + "dense down", Enc::BF16, Y.dense_down, {}, rank * I, whole(WeightRole::DenseDown, l)});
+      continue;
+    }
+    jobs.push_back(Job{P + "router", Y.router.dtype == DType::BF16 ? Enc::BF16 : Enc::F32, Y.router, {}, 0,
+                       whole(WeightRole::Router, l)});
+    jobs.push_back(Job{P + "router_bias", Enc::F32, Y.router_bias, {}, 0, whole(WeightRole::RouterBias, l)});
+    const int E = s.num_experts;
+    const int64_t I = L.moe_inter, S = L.shared_inter;
+    jobs.push_back(Job{P + "experts w13", Enc::MXFP4, Y.w13.codes, Y.w13.scales, 0, [=](int slot, int64_t r) {
+                         if (slot == E) return gate_up_row(WeightRole::SharedGate, WeightRole::SharedUp, l, -1, rank * S, r);
+                         return gate_up_row(WeightRole::ExpertGate, WeightRole::ExpertUp, l, slot, rank * I, r);
+                       }});
+    // w2 columns: this rank's slice of the (routed and, in slot E, shared: equal width) expert width
+    jobs.push_back(Job{P + "experts w2", Enc::MXFP4, Y.w2.codes, Y.w2.scales, rank * I, [=](int slot, int64_t r) {
+                         if (slot == E) return std::make_pair(WeightKey{WeightRole::SharedDown, l, -1}, r);
+                         return std::make_pair(WeightKey{WeightRole::ExpertDown, l, slot}, r);
+                       }});
+    if (!Y.shared_w13.codes.empty()) {
+      jobs.push_back(Job{P + "shared w13", Enc::MXFP4, Y.shared_w13.codes, Y.shared_w13.scales, 0, [=](int, int64_t r) {
+                           return gate_up_row(WeightRole::SharedGate, WeightRole::SharedUp, l, -1, rank * S, r);
+                         }});
+      jobs.push_back(Job{P + "shared w2", Enc::MXFP4, Y.shared_w2.codes, Y.shared_w2.scales, rank * S,
+                         whole(WeightRole::SharedDown, l)});
+    }
+  }
+  uint64_t total = 0, done = 0;
+  for (const Job& j : jobs) total += j.main.bytes + j.scales.bytes;
+  for (const Job& j : jobs) run_job(j, src, sink, pool, done, total, progress);
+}
+
+// ---------------------------------------------------------------------------------------------
+// dequantizing back
+
+namespace {
+
+std::vector<uint8_t> fetch(const ArenaReader& rd, const PTensor& t, int slot = 0) {
+  std::vector<uint8_t> b(size_t(t.slot_bytes()));
+  if (!b.empty()) rd(t.offset + uint64_t(slot) * t.slot_bytes(), b.size(), b.data());
+  return b;
+}
+
+Mat dq_bf16(const ArenaReader& rd, const PTensor& t) {
+  auto b = fetch(rd, t);
+  Mat m(int(t.rows), int(t.cols));
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t c = 0; c < t.cols; ++c) {
+      uint16_t h;
+      std::memcpy(&h, b.data() + r * t.row_bytes + 2 * c, 2);
+      m.row(int(r))[c] = bf16_to_f32(h);
+    }
+  return m;
+}
+Vec dq_vec(const ArenaReader& rd, const PTensor& t) { return dq_bf16(rd, t).data; }
+
+Mat dq_f32(const ArenaReader& rd, const PTensor& t) {
+  auto b = fetch(rd, t);
+  Mat m(int(t.rows), int(t.cols));
+  for (int64_t r = 0; r < t.rows; ++r) std::memcpy(m.row(int(r)), b.data() + r * t.row_bytes, size_t(t.cols) * 4);
+  return m;
+}
+
+Mat dq_fp8(const ArenaReader& rd, const PFp8& q) {
+  auto codes = fetch(rd, q.codes);
+  auto sb = fetch(rd, q.scales);
+  Mat m(int(q.codes.rows), int(q.codes.cols));
+  for (int64_t r = 0; r < q.codes.rows; ++r) {
+    float s;
+    std::memcpy(&s, sb.data() + 4 * r, 4);
+    dequantize_fp8_row(codes.data() + r * q.codes.row_bytes, s, q.codes.cols, m.row(int(r)));
+  }
+  return m;
+}
+
+Mat dq_mxfp4(const ArenaReader& rd, const PMxfp4& q, int slot) {
+  auto codes = fetch(rd, q.codes, slot);
+  auto sb = fetch(rd, q.scales, slot);
+  Mat m(int(q.codes.rows), int(q.codes.cols));
+  for (int64_t r = 0; r < q.codes.rows; ++r)
+    dequantize_mxfp4_row(codes.data() + r * q.codes.row_bytes, sb.data() + r * q.scales.row_bytes, q.codes.cols,
+                         m.row(int(r)));
+  return m;
+}
+
+Mat rows_of(const Mat& m, int64_t r0, int64_t n) {
+  Mat o(int(n), m.cols);
+  if (n > 0) std::memcpy(o.data.data(), m.row(int(r0)), size_t(n) * size_t(m.cols) * 4);
+  return o;
+}
+
+// interleaved [2I, H] -> gate [I, H], up [I, H]
+void deinterleave(const Mat& gu, Mat& gate, Mat& up) {
+  const int I = gu.rows / 2;
+  gate = Mat(I, gu.cols);
+  up = Mat(I, gu.cols);
+  for (int j = 0; j < I; ++j) {
+    std::memcpy(gate.row(j), gu.row(2 * j), size_t(gu.cols) * 4);
+    std::memcpy(up.row(j), gu.row(2 * j + 1), size_t(gu.cols) * 4);
+  }
+}
+
+MlpWeights dq_expert(const ArenaReader& rd, const PMxfp4& w13, const PMxfp4& w2, int slot) {
+  MlpWeights m;
+  deinterleave(dq_mxfp4(rd, w13, slot), m.gate, m.up);
+  m.down = dq_mxfp4(rd, w2, slot);
+  return m;
+}
+
+}  // namespace
+
+LayerWeights dequantize_prepared_layer(const PreparedLayout& L, int layer, const ArenaReader& rd,
+                                       const std::vector<int>* experts) {
+  M3_CHECK(layer >= 0 && layer < int(L.layers.size()), "dequantize_prepared_layer: layer {} out of range [0, {})",
+           layer, L.layers.size());
+  const PreparedLayerLayout& Y = L.layers[size_t(layer)];
+  LayerWeights w;
+  w.input_norm = dq_vec(rd, Y.input_norm);
+  w.post_norm = dq_vec(rd, Y.post_norm);
+  w.q_norm = dq_vec(rd, Y.q_norm);
+  w.k_norm = dq_vec(rd, Y.k_norm);
+  Mat qkv = dq_fp8(rd, Y.qkv);
+  w.wq = rows_of(qkv, 0, Y.q_rows);
+  w.wk = rows_of(qkv, Y.q_rows, Y.k_rows);
+  w.wv = rows_of(qkv, Y.q_rows + Y.k_rows, Y.v_rows);
+  if (Y.sparse) {
+    w.wiq = rows_of(qkv, Y.q_rows + Y.k_rows + Y.v_rows, Y.iq_rows);
+    w.wik = rows_of(qkv, Y.q_rows + Y.k_rows + Y.v_rows + Y.iq_rows, Y.ik_rows);
+    w.iq_norm = dq_vec(rd, Y.iq_norm);
+    w.ik_norm = dq_vec(rd, Y.ik_norm);
+  }
+  w.wo = dq_fp8(rd, Y.o);
+  if (!Y.moe) {
+    deinterleave(dq_bf16(rd, Y.dense_gate_up), w.dense.gate, w.dense.up);
+    w.dense.down = dq_bf16(rd, Y.dense_down);
+    return w;
+  }
+  w.router = Y.router.dtype == DType::BF16 ? dq_bf16(rd, Y.router) : dq_f32(rd, Y.router);
+  w.router_bias = dq_f32(rd, Y.router_bias).data;
+  const int E = L.spec.num_experts;
+  w.experts.resize(size_t(E));
+  if (experts) {
+    for (int e : *experts) {
+      M3_CHECK(e >= 0 && e < E, "dequantize_prepared_layer: expert {} out of range [0, {})", e, E);
+      w.experts[size_t(e)] = dq_expert(rd, Y.w13, Y.w2, e);
+    }
+  } else {
+    for (int e = 0; e < E; ++e) w.experts[size_t(e)] = dq_expert(rd, Y.w13, Y.w2, e);
+  }
+  if (Y.shared_in_slot)
+    w.shared = dq_expert(rd, Y.w13, Y.w2, E);
+  else if (!Y.shared_w13.codes.empty())
+    w.shared = dq_expert(rd, Y.shared_w13, Y.shared_w2, 0);
+  return w;
+}
+
+ModelWeights dequantize_prepared(const PreparedLayout& L, const ArenaReader& rd) {
+  ModelWeights w;
+  w.embed = dq_bf16(rd, L.embed);
+  w.lm_head = dq_bf16(rd, L.lm_head);
+  w.final_norm = dq_vec(rd, L.final_norm);
+  for (int l = 0; l < int(L.layers.size()); ++l) w.layers.push_back(dequantize_prepared_layer(L, l, rd));
+  return w;
+}
+
+}  // namespace m3
