@@ -20,6 +20,7 @@ struct MakeTinyArgs {
   bool block_sparse_moe = false;
   bool mtp = false;
   bool no_vision = false;
+  int shards = 1;
 };
 
 RunFn setup_make_tiny(CLI::App& app) {
@@ -35,6 +36,7 @@ RunFn setup_make_tiny(CLI::App& app) {
                "name dense MLP tensors block_sparse_moe.*_proj (as transformers writes) instead of mlp.*");
   app.add_flag("--mtp", a->mtp, "add an mtp.* tensor (ignored by the loader)");
   app.add_flag("--no-vision", a->no_vision, "omit the vision / projector / patch-merge tensors");
+  app.add_option("--shards", a->shards, "write N shard files + model.safetensors.index.json")->capture_default_str();
   return [a]() -> int {
     ModelSpec spec = synthetic_preset(a->preset);
     if (!synthetic_preset_writable(a->preset)) {
@@ -46,6 +48,7 @@ RunFn setup_make_tiny(CLI::App& app) {
     opt.seed = a->seed;
     opt.vision = !a->no_vision;
     opt.mtp = a->mtp;
+    opt.shards = a->shards;
     opt.config_spelling = a->normalized ? ConfigSpelling::Normalized : ConfigSpelling::Released;
     opt.dense_spelling = a->block_sparse_moe ? DenseMlpSpelling::BlockSparseMoe : DenseMlpSpelling::Mlp;
     auto t0 = std::chrono::steady_clock::now();

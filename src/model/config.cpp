@@ -235,7 +235,8 @@ ModelSpec parse_model_spec_json(const std::string& json_text, const std::string&
   s.vocab_size = t.req_int("vocab_size");
   s.hidden = t.req_int("hidden_size");
   s.num_layers = t.req_int("num_hidden_layers");
-  M3_CHECK(s.num_layers > 0, "{}: field '{}' must be > 0, got {}", origin, t.name("num_hidden_layers"), s.num_layers);
+  M3_CHECK(s.num_layers > 0 && s.num_layers <= kMaxLayers, "{}: field '{}' must be in [1, {}], got {}", origin,
+           t.name("num_hidden_layers"), kMaxLayers, s.num_layers);
   s.num_heads = t.req_int("num_attention_heads");
   s.num_kv_heads = t.req_int("num_key_value_heads");
   s.head_dim = t.req_int("head_dim");

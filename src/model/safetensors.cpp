@@ -351,8 +351,10 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
   uint64_t want = dtype_size(dtype);
   for (auto d : shape) want *= uint64_t(std::max<int64_t>(d, 0));
+  TensorView shown;
+  shown.shape = shape;
   M3_CHECK(bytes.size() == want, "safetensors writer: tensor '{}' has {} bytes, {} {} needs {}", name, bytes.size(),
-           dtype_name(dtype), shape.size(), want);
+           dtype_name(dtype), shown.shape_str(), want);
   auto shared = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
   add(std::move(name), dtype, std::move(shape),
       [shared](uint8_t* dst, size_t n) { std::memcpy(dst, shared->data(), n); });

@@ -29,6 +29,9 @@ void ModelSpec::validate(const std::string& origin) const {
   auto positive = [&](int v, const char* field) {
     M3_CHECK(v > 0, "{}: {} must be > 0, got {}", o, field, v);
   };
+  auto at_most = [&](int v, int limit, const char* field) {
+    M3_CHECK(v <= limit, "{}: {} = {} exceeds the sanity limit {}", o, field, v, limit);
+  };
   positive(vocab_size, "vocab_size");
   positive(hidden, "hidden_size");
   positive(num_layers, "num_hidden_layers");
@@ -36,6 +39,18 @@ void ModelSpec::validate(const std::string& origin) const {
   positive(num_kv_heads, "num_key_value_heads");
   positive(head_dim, "head_dim");
   positive(rotary_dim, "rotary_dim");
+  at_most(vocab_size, kMaxVocab, "vocab_size");
+  at_most(hidden, kMaxDim, "hidden_size");
+  at_most(num_layers, kMaxLayers, "num_hidden_layers");
+  at_most(num_heads, kMaxHeads, "num_attention_heads");
+  at_most(head_dim, kMaxHeadDim, "head_dim");
+  at_most(dense_inter, kMaxDim, "dense_intermediate_size");
+  at_most(moe_inter, kMaxDim, "intermediate_size");
+  at_most(shared_inter, kMaxDim, "shared_intermediate_size");
+  at_most(num_experts, kMaxExperts, "num_local_experts");
+  at_most(index_dim, kMaxHeadDim, "index_head_dim (sparse_index_dim)");
+  at_most(index_block, kMaxDim, "index_block_size (sparse_block_size)");
+  at_most(index_topk, kMaxDim, "index_topk_blocks (sparse_topk_blocks)");
   M3_CHECK(num_heads % num_kv_heads == 0,
            "{}: num_attention_heads ({}) is not divisible by num_key_value_heads ({})", o, num_heads,
            num_kv_heads);
@@ -68,6 +83,7 @@ void ModelSpec::validate(const std::string& origin) const {
 
   if (num_sparse_layers() > 0) {
     positive(index_heads, "index_n_heads (sparse_num_index_heads)");
+    at_most(index_heads, kMaxHeads, "index_n_heads (sparse_num_index_heads)");
     positive(index_dim, "index_head_dim (sparse_index_dim)");
     positive(index_block, "index_block_size (sparse_block_size)");
     positive(index_topk, "index_topk_blocks (sparse_topk_blocks)");

@@ -8,6 +8,15 @@
 
 namespace m3 {
 
+// Sanity bounds checked by ModelSpec::validate, far above any real model; they keep derived
+// sizes (q_dim, table entries, cache bytes) within int and within memory for hostile configs.
+inline constexpr int kMaxLayers = 1 << 14;
+inline constexpr int kMaxDim = 1 << 20;      // hidden, MLP widths, index block / top-k
+inline constexpr int kMaxHeadDim = 1 << 16;  // head_dim, index_head_dim
+inline constexpr int kMaxHeads = 1 << 12;    // query heads
+inline constexpr int kMaxExperts = 1 << 14;
+inline constexpr int kMaxVocab = 1 << 24;
+
 enum class AttnKind : uint8_t { Full, Sparse };  // full causal attention | MiniMax Sparse Attention
 enum class MlpKind : uint8_t { Dense, MoE };
 

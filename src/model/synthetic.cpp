@@ -5,10 +5,13 @@
 #include "model/synthetic.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <memory>
 
 #include "core/check.h"
 #include "core/codecs.h"
@@ -231,8 +234,15 @@ uint64_t write_synthetic_checkpoint(const std::filesystem::path& dir, const Mode
   std::filesystem::create_directories(dir, ec);
   M3_CHECK(!ec, "{}: cannot create directory: {}", dir.string(), ec.message());
 
-  SafetensorsWriter wr;
-  wr.set_metadata("format", "pt");
+  // Every tensor with a fill producing its bytes; then they are dealt out to the shard files.
+  struct Pending {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    SafetensorsWriter::Fill fill;
+    uint64_t bytes;
+  };
+  std::vector<Pending> all;
   WeightTable table = build_weight_table(spec);
   for (const auto& e : table.entries) {
     std::string name = e.names[0];
@@ -240,18 +250,21 @@ uint64_t write_synthetic_checkpoint(const std::filesystem::path& dir, const Mode
     const WeightEntry* ep = &e;
     SyntheticOptions o = opt;
     o.progress = nullptr;
-    wr.add(name, e.dtype, e.shape, [ep, o](uint8_t* dst, size_t nbytes) {
+    auto fill = [ep, o](uint8_t* dst, size_t nbytes) {
       std::vector<float> v(count(ep->shape));
       synthetic_values(*ep, o, v.data());
       auto b = to_bytes(v.data(), v.size(), ep->dtype);
       M3_CHECK(b.size() == nbytes, "synthetic: size mismatch for {}", ep->names[0]);
       std::memcpy(dst, b.data(), nbytes);
-    });
+    };
+    all.push_back({name, e.dtype, e.shape, fill, count(e.shape) * dtype_size(e.dtype)});
   }
   for (const auto& x : extras(spec, opt)) {
     std::vector<float> v(count(x.shape));
     normals(name_key(opt.seed, x.name), opt.weight_std, DType::BF16, v.size(), v.data());
-    wr.add(x.name, DType::BF16, x.shape, to_bytes(v.data(), v.size(), DType::BF16));
+    auto bytes = std::make_shared<std::vector<uint8_t>>(to_bytes(v.data(), v.size(), DType::BF16));
+    all.push_back({x.name, DType::BF16, x.shape,
+                   [bytes](uint8_t* dst, size_t n) { std::memcpy(dst, bytes->data(), n); }, bytes->size()});
   }
 
   {
@@ -260,8 +273,46 @@ uint64_t write_synthetic_checkpoint(const std::filesystem::path& dir, const Mode
     cfg << model_spec_to_json(spec, opt.config_spelling, true);
     M3_CHECK(cfg.good(), "{}: write failed", (dir / "config.json").string());
   }
-  wr.write(dir / "model.safetensors", opt.progress);
-  return wr.data_bytes();
+
+  M3_CHECK(opt.shards >= 1 && size_t(opt.shards) <= all.size(), "synthetic: shards must be in [1, {}], got {}",
+           all.size(), opt.shards);
+  uint64_t total = 0;
+  for (const auto& p : all) total += p.bytes;
+  std::vector<SafetensorsWriter> writers(size_t(opt.shards));
+  std::vector<std::string> files(size_t(opt.shards));
+  for (int i = 0; i < opt.shards; ++i) {
+    writers[size_t(i)].set_metadata("format", "pt");
+    files[size_t(i)] = opt.shards == 1 ? "model.safetensors"
+                                       : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, opt.shards);
+  }
+  std::map<std::string, std::string> weight_map;
+  uint64_t before = 0;
+  size_t prev = 0;
+  for (size_t k = 0; k < all.size(); ++k) {
+    // shard by position in the byte stream, moving on at most one shard per tensor and early
+    // enough that no shard is left empty
+    size_t i = size_t(double(before) / double(total) * opt.shards);
+    i = std::max(i, size_t(opt.shards) - std::min(size_t(opt.shards), all.size() - k));
+    i = std::min({i, prev + 1, size_t(opt.shards - 1)});
+    prev = i;
+    writers[i].add(all[k].name, all[k].dtype, all[k].shape, all[k].fill);
+    weight_map[all[k].name] = files[i];
+    before += all[k].bytes;
+  }
+  uint64_t done = 0;
+  for (size_t i = 0; i < writers.size(); ++i) {
+    std::function<void(uint64_t, uint64_t)> prog;
+    if (opt.progress) prog = [&](uint64_t d, uint64_t) { opt.progress(done + d, total); };
+    writers[i].write(dir / files[i], prog);
+    done += writers[i].data_bytes();
+  }
+  if (opt.shards > 1) {
+    nlohmann::json idx = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    std::ofstream out(dir / "model.safetensors.index.json", std::ios::trunc);
+    out << idx.dump(2) << "\n";
+    M3_CHECK(out.good(), "{}: write failed", (dir / "model.safetensors.index.json").string());
+  }
+  return total;
 }
 
 }  // namespace m3

@@ -37,6 +37,7 @@ struct SyntheticOptions {
   bool mtp = false;          // add an mtp.* tensor
   DenseMlpSpelling dense_spelling = DenseMlpSpelling::Mlp;
   ConfigSpelling config_spelling = ConfigSpelling::Released;
+  int shards = 1;            // > 1: model-0000i-of-0000N.safetensors + model.safetensors.index.json
   std::function<void(uint64_t done, uint64_t total)> progress;  // bytes of model.safetensors
 };
 
@@ -47,7 +48,8 @@ void synthetic_values(const WeightEntry& e, const SyntheticOptions& opt, float* 
 // the same spec and options.
 ModelWeights synthetic_weights(const ModelSpec& spec, const SyntheticOptions& opt = {});
 
-// Writes dir/config.json and dir/model.safetensors (creating dir). Returns the bytes written.
+// Writes dir/config.json and dir/model.safetensors, or opt.shards shard files and their index
+// (creating dir). Returns the tensor bytes written.
 uint64_t write_synthetic_checkpoint(const std::filesystem::path& dir, const ModelSpec& spec,
                                     const SyntheticOptions& opt = {});
 

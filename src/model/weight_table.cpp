@@ -154,9 +154,11 @@ bool float_dtype(DType d) { return d == DType::BF16 || d == DType::F16 || d == D
 
 }  // namespace
 
-WeightBinding bind_weights(const WeightTable& table, const SafetensorsSet& files) {
+WeightBinding bind_weights(WeightTable table_in, const SafetensorsSet& files) {
   const char* src = files.source().c_str();
   WeightBinding b;
+  b.table = std::move(table_in);
+  const WeightTable& table = b.table;
   b.weights.reserve(table.entries.size());
   std::set<std::string> claimed;
   size_t missing = 0;

@@ -69,15 +69,23 @@ struct BoundWeight {
   const TensorView* tensor = nullptr;
   const TensorView* scale = nullptr;  // MXFP8 companion, else null
 };
+// The binding owns its table (BoundWeight::entry points into it; moving keeps those pointers,
+// copying is disabled); its tensor views point into `files`, which must outlive it.
 struct WeightBinding {
+  WeightTable table;
   std::vector<BoundWeight> weights;   // one per table entry, in table order
   std::vector<std::string> ignored;   // file tensors claimed as ignored (sorted)
+  WeightBinding() = default;
+  WeightBinding(WeightBinding&&) = default;
+  WeightBinding& operator=(WeightBinding&&) = default;
+  WeightBinding(const WeightBinding&) = delete;
+  WeightBinding& operator=(const WeightBinding&) = delete;
 };
 
 // Matches the table against the files. Throws m3::Error naming the tensor (and file) for: a
 // missing tensor, two spellings of one weight both present, a wrong shape, an unsupported dtype,
 // a malformed MXFP8 scale, and any file tensor left unclaimed.
-WeightBinding bind_weights(const WeightTable& table, const SafetensorsSet& files);
+WeightBinding bind_weights(WeightTable table, const SafetensorsSet& files);
 
 // Converts one bound tensor to fp32 (n = its element count) into dst.
 void convert_to_f32(const BoundWeight& w, float* dst);

@@ -207,6 +207,20 @@ TEST(MakeTiny, Command) {
   ModelWeights bw = load_model_weights(d.path / "b", spec);
   expect_same_weights(spec, bw, mem);
 
+  // sharded output: the same weights through model.safetensors.index.json
+  std::tie(rc, out) = run(bin + " make-tiny --out " + (d.path / "s").string() + " --seed " + std::to_string(seed) +
+                          " --shards 3");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(fs::exists(d.path / "s" / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(d.path / "s" / "model.safetensors"));
+  {
+    SafetensorsSet sset = SafetensorsSet::open(d.path / "s");
+    EXPECT_EQ(sset.files().size(), 3u);
+    for (const auto& f : sset.files()) EXPECT_GT(f->tensors().size(), 0u) << f->path();
+  }
+  ModelWeights sw = load_model_weights(d.path / "s", spec);
+  expect_same_weights(spec, sw, mem);
+
   // deterministic: the same seed writes the same bytes; another seed does not
   std::tie(rc, out) = run(bin + " make-tiny --out " + (d.path / "c").string() + " --seed " + std::to_string(seed));
   ASSERT_EQ(rc, 0) << out;
