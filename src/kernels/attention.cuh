@@ -10,10 +10,11 @@
 // block sel[k / bs], offset k % bs; keys past p (the local block's future, or a block beyond p)
 // are masked. Dense: keys 0..p. The list is cut into 32-key tiles and tiles into `num_splits`
 // contiguous ranges; work item w = (t * KV + g) * S + s handles range s of (t, g) with a thread
-// block of 4 warps: warp w owns heads w, w+4, w+8, w+12 of the group (G <= 16), keeps their online
-// softmax state (max m, sum l) and output accumulators. Per tile: lane = key for q.k (whole K row
-// per lane, q from shared memory), warp reductions for the tile max / sum, then lane = channel
-// slice for p.V (probabilities broadcast by shuffle).
+// block of 8 warps: warp w owns heads w and w+8 of the group (G <= 16), keeps their online
+// softmax state (max m, sum l) and output accumulators. Tiles of K and V rows are copied into
+// shared memory with cp.async, double-buffered (the next tile loads while this one computes);
+// per tile: lane = key for q.k (q and K from shared memory), warp reductions for the tile max /
+// sum, then lane = channel slice for p.V (probabilities broadcast by shuffle).
 // S == 1: out[t, h, :] = v_scale * acc / l directly. S > 1: partial (acc, m, l) per split go to a
 // workspace and attention_combine_work merges them:
 //   M = max_s m_s, L = sum_s e^{m_s - M} l_s, out = v_scale * sum_s e^{m_s - M} acc_s / L.
@@ -26,8 +27,10 @@
 
 namespace m3::kernels {
 
-constexpr int kAttnWarps = 4;
-constexpr int kAttnHeadsPerWarp = 4;
+// NOTE: 8 warps x 2 heads rather than 4 x 4: at decode each warp's instruction stream is the
+// latency chain (one warp per scheduler), so halving the heads per warp halves the time per tile.
+constexpr int kAttnWarps = 8;
+constexpr int kAttnHeadsPerWarp = 2;
 constexpr int kAttnMaxGroup = kAttnWarps * kAttnHeadsPerWarp;  // 16 query heads per KV head
 constexpr int kAttnTile = 32;                                  // keys per tile (one per lane)
 
@@ -50,18 +53,34 @@ struct AttentionParams {
   float* part_ml = nullptr;  // [T, KV, S, G, 2]   (S > 1)
 };
 
-// Thread block of kAttnWarps * 32 threads; q_s: G * D floats of shared memory.
+// Shared memory of one work item: q [G][D] fp32, then two buffers of {K tile, V tile: 32 rows of
+// row_bytes, slots: 32 int32}. Rows are padded by 16 bytes so that lane-per-row 16-byte reads
+// (lane = key in q.k) hit distinct banks.
 template <class C, int D>
-__device__ void attention_split_work(int64_t w, int tid, float* q_s, const AttentionParams& p) {
+struct AttnSmem {
+  static constexpr int kRowBytes = D * C::kBytes + 16;
+  static constexpr int kTileBytes = kAttnTile * kRowBytes;
+  static constexpr int kBufBytes = 2 * kTileBytes + kAttnTile * 4;
+  static constexpr int bytes(int group) { return group * D * 4 + 2 * kBufBytes; }
+};
+
+// Thread block of kAttnWarps * 32 threads; smem: AttnSmem<C, D>::bytes(G) bytes (16-byte aligned).
+template <class C, int D>
+__device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const AttentionParams& p) {
   static_assert(D % 32 == 0 && D <= 128, "attention: head_dim must be 32, 64, 96 or 128");
   using Store = typename C::Store;
-  constexpr int kChunk = 16 / C::kBytes;                              // elements per 16-byte K load
+  using Sm = AttnSmem<C, D>;
+  constexpr int kThreads = kAttnWarps * 32;
+  constexpr int kChunk = 16 / C::kBytes;                                      // elements per 16 bytes
+  constexpr int kCpr = D * C::kBytes / 16;                                    // 16-byte chunks per row
   constexpr int kEpl = (D / 32) > (4 / C::kBytes) ? D / 32 : 4 / C::kBytes;  // V channels per lane
   static_assert(D % kChunk == 0 && D % kEpl == 0, "attention: head_dim vs load width");
   const int S = p.num_splits, KV = p.kv_heads, G = p.num_heads / p.kv_heads, bs = p.block_size;
   const int s = int(w % S), g = int((w / S) % KV), t = int(w / (int64_t(S) * KV));
   const int lane = tid & 31, warp = tid >> 5;
   const int pos = p.positions[t];
+  float* q_s = reinterpret_cast<float*>(smem);
+  uint8_t* bufs = smem + G * D * 4;
 
   const int32_t* sel = nullptr;
   const int32_t* table = nullptr;
@@ -70,23 +89,57 @@ __device__ void attention_split_work(int64_t w, int tid, float* q_s, const Atten
     table = p.block_tables + int64_t(p.token_seq[t]) * p.table_width;
     if (p.selected) {
       sel = p.selected + (int64_t(t) * KV + g) * p.topk;
+      // Count the selected blocks (ascending, -1 padded) with one ballot per 32 entries rather
+      // than a chain of dependent loads.
       int n = 0;
-      while (n < p.topk && sel[n] >= 0) ++n;
+      for (int i0 = 0; i0 < p.topk; i0 += 32) {
+        const int i = i0 + lane;
+        n += __popc(__ballot_sync(kFullMask, i < p.topk && sel[i] >= 0));
+      }
       NK = n * bs;
     } else {
       NK = pos + 1;
     }
-    const float* qg = p.q + (int64_t(t) * p.num_heads + int64_t(g) * G) * D;
-    for (int i = tid; i < G * D; i += kAttnWarps * 32) q_s[i] = qg[i];
   }
-  __syncthreads();
-
   const int n_tiles = (NK + kAttnTile - 1) / kAttnTile;
   const int tps = (n_tiles + S - 1) / S;
   const int tile_begin = s * tps, tile_end = min(n_tiles, tile_begin + tps);
+
+  // Asynchronous copy of one tile's K and V rows into buffer `buf`; masked keys are zero-filled
+  // (never read from memory) and get slot -1.
+  const uint8_t* kbase = static_cast<const uint8_t*>(p.k_cache);
+  const uint8_t* vbase = static_cast<const uint8_t*>(p.v_cache);
+  auto issue = [&](int tile, int buf) {
+    uint8_t* ks = bufs + buf * Sm::kBufBytes;
+    uint8_t* vs = ks + Sm::kTileBytes;
+    int32_t* ss = reinterpret_cast<int32_t*>(vs + Sm::kTileBytes);
+    for (int i = tid; i < kAttnTile * kCpr; i += kThreads) {
+      const int key = i / kCpr, part = i % kCpr;
+      const int k = tile * kAttnTile + key;
+      int32_t slot = -1;
+      if (k < NK) {
+        const int bi = k / bs, off = k % bs;
+        const int lb = sel ? sel[bi] : bi;
+        if (lb >= 0 && int64_t(lb) * bs + off <= pos) slot = table[lb] * bs + off;
+      }
+      if (part == 0) ss[key] = slot;
+      const int64_t src = slot >= 0 ? (int64_t(slot) * KV + g) * D * C::kBytes + part * 16 : 0;
+      cp_async_16(ks + key * Sm::kRowBytes + part * 16, kbase + src, slot >= 0 ? 16 : 0);
+      cp_async_16(vs + key * Sm::kRowBytes + part * 16, vbase + src, slot >= 0 ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+  if (tile_begin < tile_end) issue(tile_begin, 0);
+
+  if (pos >= 0) {
+    const float4* qg = reinterpret_cast<const float4*>(p.q + (int64_t(t) * p.num_heads + int64_t(g) * G) * D);
+    float4* qs4 = reinterpret_cast<float4*>(q_s);
+#pragma unroll 4
+    for (int i = tid; i < G * D / 4; i += kThreads) qs4[i] = qg[i];
+  }
+
   const float qk_scale = p.k_scale * p.softmax_scale;
   const bool pv_lane = lane * kEpl < D;
-
   float m[kAttnHeadsPerWarp], l[kAttnHeadsPerWarp], acc[kAttnHeadsPerWarp][kEpl];
 #pragma unroll
   for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
@@ -95,21 +148,28 @@ __device__ void attention_split_work(int64_t w, int tid, float* q_s, const Atten
 #pragma unroll
     for (int e = 0; e < kEpl; ++e) acc[j][e] = 0.f;
   }
+  __syncthreads();  // q_s
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    // This lane's key: its slot, or -1 when masked.
-    const int k = tile * kAttnTile + lane;
-    int32_t slot = -1;
-    if (k < NK) {
-      const int bi = k / bs, off = k % bs;
-      const int lb = sel ? sel[bi] : bi;
-      if (lb >= 0 && int64_t(lb) * bs + off <= pos) slot = table[lb] * bs + off;
+    const int buf = (tile - tile_begin) & 1;
+    // Double buffering: the next tile's copy is in flight while this one is computed.
+    if (tile + 1 < tile_end) {
+      issue(tile + 1, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
+    __syncthreads();
+    const uint8_t* ks = bufs + buf * Sm::kBufBytes;
+    const uint8_t* vs = ks + Sm::kTileBytes;
+    const int32_t slot = reinterpret_cast<const int32_t*>(vs + Sm::kTileBytes)[lane];
+
+    // q.k: lane = key, its K row from shared memory, q broadcast from shared memory.
     float sc[kAttnHeadsPerWarp];
 #pragma unroll
     for (int j = 0; j < kAttnHeadsPerWarp; ++j) sc[j] = 0.f;
     if (slot >= 0) {
-      const Store* kr = static_cast<const Store*>(p.k_cache) + (int64_t(slot) * KV + g) * D;
+      const Store* kr = reinterpret_cast<const Store*>(ks + lane * Sm::kRowBytes);
 #pragma unroll
       for (int d0 = 0; d0 < D; d0 += kChunk) {
         float kv[kChunk];
@@ -153,16 +213,11 @@ __device__ void attention_split_work(int64_t w, int tid, float* q_s, const Atten
       m[j] = mn;
     }
 
-    // p.V: lane owns channels [lane * kEpl, lane * kEpl + kEpl).
-#pragma unroll 4
+    // p.V: lane owns channels [lane * kEpl, lane * kEpl + kEpl); masked rows are zeros and p = 0.
+#pragma unroll 8
     for (int c = 0; c < kAttnTile; ++c) {
-      const int32_t sl = __shfl_sync(kFullMask, slot, c);
-      if (sl < 0) continue;  // uniform
       float vv[kEpl];
-      if (pv_lane) {
-        const Store* vr = static_cast<const Store*>(p.v_cache) + (int64_t(sl) * KV + g) * D + lane * kEpl;
-        load_decode<C, kEpl>(vr, vv);
-      }
+      if (pv_lane) load_decode<C, kEpl>(reinterpret_cast<const Store*>(vs + c * Sm::kRowBytes) + lane * kEpl, vv);
 #pragma unroll
       for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
         const float pc = __shfl_sync(kFullMask, pr[j], c);
@@ -172,6 +227,7 @@ __device__ void attention_split_work(int64_t w, int tid, float* q_s, const Atten
         }
       }
     }
+    __syncthreads();  // this buffer is refilled two tiles later
   }
 
   // Results.
@@ -201,35 +257,59 @@ __device__ void attention_split_work(int64_t w, int tid, float* q_s, const Atten
   }
 }
 
-// One warp per (token, query head): w = t * H + h. Merges the S partial results.
-__device__ inline void attention_combine_work(int64_t w, int lane, const AttentionParams& p) {
+// Output channels of one combine work item, and work items per (token, KV group).
+__host__ __device__ inline int attention_combine_chunks(int group, int head_dim, int nthreads) {
+  return (group * head_dim + nthreads - 1) / nthreads;
+}
+
+// One thread block per (token, KV group, chunk of nthreads outputs): w = (t * KV + g) * chunks + c,
+// `nthreads` threads (a multiple of 32), smem: S * G floats. Merges the S partial results: one
+// warp per head turns (m_s, l_s) into weights e^{m_s - M} v_scale / L in shared memory, then each
+// thread sums its output channel over the splits, the loads of 16 splits issued before their use.
+__device__ inline void attention_combine_work(int64_t w, int tid, int nthreads, float* smem, const AttentionParams& p) {
   const int H = p.num_heads, KV = p.kv_heads, G = H / KV, D = p.head_dim, S = p.num_splits;
-  const int t = int(w / H), h = int(w % H), g = h / G, hi = h % G;
-  float* o = p.out + (int64_t(t) * H + h) * D;
-  const int64_t row0 = (int64_t(t) * KV + g) * S * G + hi;  // split s: row0 + s * G
-  float M = -INFINITY;
-  if (p.positions[t] >= 0)
-    for (int s = 0; s < S; ++s) M = fmaxf(M, p.part_ml[(row0 + int64_t(s) * G) * 2]);
-  if (M == -INFINITY) {  // padding row (or nothing visible)
-    for (int d = lane; d < D; d += 32) o[d] = 0.f;
+  const int chunks = attention_combine_chunks(G, D, nthreads);
+  const int c = int(w % chunks);
+  const int t = int(w / chunks / KV), g = int((w / chunks) % KV);
+  const int lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
+  const int64_t base = (int64_t(t) * KV + g) * S;  // row of split s, head h: (base + s) * G + h
+  float* o = p.out + (int64_t(t) * H + int64_t(g) * G) * D;
+  const int i = c * nthreads + tid;  // this thread's output channel (h, d) = (i / D, i % D)
+  if (p.positions[t] < 0) {            // padding row
+    if (i < G * D) o[i] = 0.f;
     return;
   }
-  float L = 0.f;
-  for (int s = 0; s < S; ++s) {
-    const int64_t r = row0 + int64_t(s) * G;
-    L += expf(p.part_ml[r * 2] - M) * p.part_ml[r * 2 + 1];
-  }
-  const float inv = p.v_scale / L;
-  for (int d = lane; d < D; d += 32) {
-    float a = 0.f;
-    for (int s = 0; s < S; ++s) {
-      const int64_t r = row0 + int64_t(s) * G;
-      const float ms = p.part_ml[r * 2];
-      if (ms == -INFINITY) continue;
-      a = fmaf(expf(ms - M), p.part_o[r * D + d], a);
+  float* wts = smem;  // [G][S]
+  for (int h = warp; h < G; h += nwarps) {
+    float M = -INFINITY;
+    for (int s = lane; s < S; s += 32) M = fmaxf(M, p.part_ml[((base + s) * G + h) * 2]);
+    M = warp_max(M);
+    float L = 0.f;
+    for (int s = lane; s < S; s += 32) {
+      const int64_t r = (base + s) * G + h;
+      L += M == -INFINITY ? 0.f : expf(p.part_ml[r * 2] - M) * p.part_ml[r * 2 + 1];  // empty split: 0
     }
-    o[d] = a * inv;
+    L = warp_sum(L);
+    const float scale = L > 0.f ? p.v_scale / L : 0.f;
+    for (int s = lane; s < S; s += 32) {
+      const float m = p.part_ml[((base + s) * G + h) * 2];
+      wts[h * S + s] = m == -INFINITY ? 0.f : expf(m - M) * scale;
+    }
   }
+  __syncthreads();
+  if (i >= G * D) return;
+  const int h = i / D, d = i % D;
+  const float* po = p.part_o + (base * G + h) * D + d;  // split s at + s * G * D (always written)
+  float a = 0.f;
+  for (int s0 = 0; s0 < S; s0 += 16) {
+    float v[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = s0 + j < S ? po[int64_t(s0 + j) * G * D] : 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      if (s0 + j < S) a = fmaf(wts[h * S + s0 + j], v[j], a);
+  }
+  o[i] = a;
 }
 
 }  // namespace m3::kernels

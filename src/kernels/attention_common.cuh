@@ -1,5 +1,5 @@
 // Device helpers shared by the cache-insert, indexer and attention kernels: the two cache element
-// formats (FP8 E4M3 and BF16) as traits with vector decoding, and warp reductions.
+// formats (FP8 E4M3 and BF16) as traits with vector decoding, warp reductions, cp.async.
 //   CacheFp8 : one byte per element, decoded with the hardware e4m3x2 -> f16x2 conversion (exact:
 //              every E4M3 value is an f16 value), then f16 -> f32 (exact). Encoded with the
 //              project's codec (core/codecs.h), so host and device quantize bit-identically.
@@ -59,25 +59,47 @@ struct CacheBf16 {
   static constexpr int kPerWord = 2;
 };
 
-// Decodes N elements (N * bytes a multiple of 4, at most 16 bytes, address aligned to the load
-// width) starting at p into out[0..N).
+// Loads the raw words of N elements (N * bytes in {4, 8, 16}, address aligned to that width)
+// starting at p; decode_words turns them into N floats. Split so callers can issue many loads
+// before the first use.
+template <class C, int N>
+struct Words {
+  static constexpr int kCount = N * C::kBytes / 4;
+  static_assert(N * C::kBytes % 4 == 0 && kCount >= 1 && kCount <= 4, "Words: 4, 8 or 16 bytes");
+  uint32_t w[kCount];
+};
+template <class C, int N>
+__device__ __forceinline__ Words<C, N> load_words(const typename C::Store* p) {
+  Words<C, N> r;
+  if constexpr (Words<C, N>::kCount == 4) {
+    uint4 v = *reinterpret_cast<const uint4*>(p);
+    r.w[0] = v.x; r.w[1] = v.y; r.w[2] = v.z; r.w[3] = v.w;
+  } else if constexpr (Words<C, N>::kCount == 2) {
+    uint2 v = *reinterpret_cast<const uint2*>(p);
+    r.w[0] = v.x; r.w[1] = v.y;
+  } else {
+    r.w[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+  return r;
+}
+template <class C, int N>
+__device__ __forceinline__ void decode_words(const Words<C, N>& r, float* out) {
+#pragma unroll
+  for (int i = 0; i < Words<C, N>::kCount; ++i) C::decode_word(r.w[i], out + i * C::kPerWord);
+}
 template <class C, int N>
 __device__ __forceinline__ void load_decode(const typename C::Store* p, float* out) {
-  constexpr int kWords = N * C::kBytes / 4;
-  static_assert(N * C::kBytes % 4 == 0 && kWords >= 1 && kWords <= 4, "load_decode: 4, 8 or 16 bytes");
-  uint32_t w[4];
-  if constexpr (kWords == 4) {
-    uint4 v = *reinterpret_cast<const uint4*>(p);
-    w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
-  } else if constexpr (kWords == 2) {
-    uint2 v = *reinterpret_cast<const uint2*>(p);
-    w[0] = v.x; w[1] = v.y;
-  } else {
-    w[0] = *reinterpret_cast<const uint32_t*>(p);
-  }
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) C::decode_word(w[i], out + i * C::kPerWord);
+  decode_words<C, N>(load_words<C, N>(p), out);
 }
+
+// 16-byte asynchronous global -> shared copy (sm_80+); src_bytes = 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Decodes one element (any alignment).
 template <class C>

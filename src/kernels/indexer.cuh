@@ -5,11 +5,12 @@
 //      s_g[j] = ik_scale * (iq_g . IK[slot(j)])   fp32, no softmax scale,
 //    and block_scores[t, g, b] = max_j s_g[j] (NaN never raises a block). Items with b > p_t / bs
 //    or padding tokens write nothing (never read).
-// 2. indexer_topk_work, work item w = t * IH + g, run by one warp with a scratch of max_q_blocks
-//    floats: over the token's nb = p/bs + 1 blocks, NaN -> -inf, the `local` blocks ending at p's
-//    block forced to +inf, then min(topk, nb) rounds of warp argmax (higher score first, ties to
-//    the lower block index, -inf never selected). Writes selected[t, g, 0..topk) = the selected
-//    logical block ids in ascending order, -1 padded (padding tokens: all -1).
+// 2. indexer_topk_work, work item w = t * IH + g, run by a thread block: over the token's
+//    nb = p/bs + 1 blocks, NaN -> -inf, the `local` blocks ending at p's block forced to +inf;
+//    block b is kept iff its score is not -inf and fewer than topk blocks beat it (higher score,
+//    or equal score and lower index), which is exactly the top min(topk, nb) with ties to the lower
+//    index. Writes selected[t, g, 0..topk) = the kept logical block ids in ascending order, -1
+//    padded (padding tokens: all -1).
 //
 // Inputs: iq [T, IH*ID] fp32 (normed, rotated); the layer's index-K cache [slots, ID] (FP8 or
 // BF16 with one scalar scale, layout in native/kv_cache.h); per-token positions and request rows,
@@ -42,28 +43,48 @@ struct IndexerParams {
   int32_t* selected = nullptr;    // [T, IH, topk]
 };
 
-// Thread block of `nthreads` (a multiple of 32) threads; smem: IH*ID + 32*IH floats.
+// Shared memory of the score work: iq [IH][ID] fp32, warp maxima [32][IH] fp32, then the block's
+// keys, one row of ID * bytes + 16 (padding: lane-per-row 16-byte reads hit distinct banks).
+__host__ __device__ inline int indexer_scores_smem_bytes(int index_heads, int index_dim, int block_size,
+                                                        int elem_bytes) {
+  return (index_heads * index_dim + 32 * index_heads) * 4 + block_size * (index_dim * elem_bytes + 16);
+}
+
+// Thread block of `nthreads` (a multiple of 32, at most 1024) threads; smem (16-byte aligned):
+// indexer_scores_smem_bytes() bytes.
 template <class C>
-__device__ void indexer_block_scores_work(int64_t w, int tid, int nthreads, float* smem, const IndexerParams& p) {
+__device__ void indexer_block_scores_work(int64_t w, int tid, int nthreads, uint8_t* smem, const IndexerParams& p) {
   const int t = int(w / p.max_q_blocks), b = int(w % p.max_q_blocks);
   const int pos = p.positions[t];
   if (pos < 0 || b > pos / p.block_size) return;  // uniform over the block
   const int IH = p.index_heads, ID = p.index_dim, bs = p.block_size;
-  float* q_s = smem;                // [IH][ID]
-  float* red = smem + IH * ID;      // [nwarps][IH]
+  float* q_s = reinterpret_cast<float*>(smem);  // [IH][ID]
+  float* red = q_s + IH * ID;                   // [nwarps][IH]
+  uint8_t* keys = reinterpret_cast<uint8_t*>(red + 32 * IH);
+  const int row_bytes = ID * C::kBytes + 16, cpr = ID * C::kBytes / 16;
+
+  // The block's visible keys: one asynchronous copy, overlapping the iq load.
+  const int32_t phys = p.block_tables[int64_t(p.token_seq[t]) * p.table_width + b];
+  const int n_keys = min(bs, pos - b * bs + 1);
+  const uint8_t* src = static_cast<const uint8_t*>(p.ik_cache) + int64_t(phys) * bs * ID * C::kBytes;
+  for (int i = tid; i < n_keys * cpr; i += nthreads) {
+    const int key = i / cpr, part = i % cpr;
+    cp_async_16(keys + key * row_bytes + part * 16, src + (int64_t(key) * ID * C::kBytes + part * 16), 16);
+  }
+  cp_async_commit();
   const float* iq = p.iq + int64_t(t) * IH * ID;
-  for (int i = tid; i < IH * ID; i += nthreads) q_s[i] = iq[i];
+  for (int i = tid; i < IH * ID / 4; i += nthreads)
+    reinterpret_cast<float4*>(q_s)[i] = reinterpret_cast<const float4*>(iq)[i];
+  cp_async_wait<0>();
   __syncthreads();
 
-  const int32_t phys = p.block_tables[int64_t(p.token_seq[t]) * p.table_width + b];
-  const int n_keys = min(bs, pos - b * bs + 1);  // visible keys of this block
   using S = typename C::Store;
   constexpr int kChunk = 16 / C::kBytes;  // elements per 16-byte load
   float best[kIndexerMaxHeads];
 #pragma unroll
   for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = -INFINITY;
   for (int k = tid; k < n_keys; k += nthreads) {
-    const S* key = static_cast<const S*>(p.ik_cache) + (int64_t(phys) * bs + k) * ID;
+    const S* key = reinterpret_cast<const S*>(keys + k * row_bytes);
     float acc[kIndexerMaxHeads];
 #pragma unroll
     for (int g = 0; g < kIndexerMaxHeads; ++g) acc[g] = 0.f;
@@ -105,59 +126,62 @@ __device__ void indexer_block_scores_work(int64_t w, int tid, int nthreads, floa
   }
 }
 
-// One warp; scratch: max_q_blocks floats private to this warp.
-__device__ inline void indexer_topk_work(int64_t w, int lane, float* scratch, const IndexerParams& p) {
+// Shared memory of the top-k work: scores (padded to a multiple of 8 with -inf) and flags.
+__host__ __device__ inline int indexer_topk_smem_bytes(int max_q_blocks) { return (max_q_blocks + 7) / 8 * 8 * 8; }
+
+// One thread block of `nthreads` threads (a multiple of 32) per (token, group); smem:
+// indexer_topk_smem_bytes(max_q_blocks). Block i is kept iff its score is not -inf and fewer
+// than k blocks beat it (higher score, or equal score and lower index); each thread counts for its
+// blocks, stopping once k are found, reading the scores from shared memory (broadcast). No
+// serial rounds: the cost is about k ln(nb) reads per block, nb for the kept ones.
+__device__ inline void indexer_topk_work(int64_t w, int tid, int nthreads, uint8_t* smem, const IndexerParams& p) {
   const int t = int(w / p.index_heads), g = int(w % p.index_heads);
   int32_t* out = p.selected + (int64_t(t) * p.index_heads + g) * p.topk;
   const int pos = p.positions[t];
   if (pos < 0) {
-    for (int i = lane; i < p.topk; i += 32) out[i] = -1;
+    for (int i = tid; i < p.topk; i += nthreads) out[i] = -1;
     return;
   }
-  const int qb = pos / p.block_size, nb = qb + 1;
+  const int qb = pos / p.block_size, nb = qb + 1, k = p.topk;
   const float* sc = p.block_scores + (int64_t(t) * p.index_heads + g) * p.max_q_blocks;
-  // Load, sanitize, force the local blocks; track this lane's best (score desc, index asc).
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int b = lane; b < nb; b += 32) {
-    float s = sc[b];
+  const int nb8 = (nb + 7) / 8 * 8;
+  float* s_s = reinterpret_cast<float*>(smem);                               // [nb8] sanitized scores
+  int32_t* keep = reinterpret_cast<int32_t*>(s_s + (p.max_q_blocks + 7) / 8 * 8);  // [nb] 1 = selected
+  for (int b = tid; b < nb8; b += nthreads) {
+    float s = b < nb ? sc[b] : -INFINITY;  // padding never beats a selectable block
     if (s != s) s = -INFINITY;
-    if (b > qb - p.local) s = INFINITY;  // b in [qb - local + 1, qb]
-    scratch[b] = s;
-    if (s > bv || (s == bv && b < bi)) { bv = s; bi = b; }
+    if (b < nb && b > qb - p.local) s = INFINITY;  // b in [qb - local + 1, qb]
+    s_s[b] = s;
   }
-  const int rounds = min(p.topk, nb);
-  for (int r = 0; r < rounds; ++r) {
-    float v = bv;
-    int i = bi;
+  __syncthreads();
+  for (int b = tid; b < nb; b += nthreads) {
+    const float sb = s_s[b];
+    int better = 0;
+    if (sb > -INFINITY)
+      // 8 scores per step (two broadcast 16-byte reads), the exit tested once per step.
+      for (int j0 = 0; j0 < nb8 && better < k; j0 += 8) {
+        const float4 x = *reinterpret_cast<const float4*>(s_s + j0);
+        const float4 y = *reinterpret_cast<const float4*>(s_s + j0 + 4);
+        const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      float v2 = __shfl_xor_sync(kFullMask, v, o);
-      int i2 = __shfl_xor_sync(kFullMask, i, o);
-      if (v2 > v || (v2 == v && i2 < i)) { v = v2; i = i2; }
-    }
-    if (v == -INFINITY) break;  // nothing selectable is left (uniform)
-    if (i % 32 == lane) {       // the owner marks the winner (NaN = selected) and rescans
-      scratch[i] = NAN;
-      bv = -INFINITY;
-      bi = INT_MAX;
-      for (int b = lane; b < nb; b += 32) {
-        float s = scratch[b];
-        if (s > bv || (s == bv && b < bi)) { bv = s; bi = b; }  // NaN never compares true
+        for (int q = 0; q < 8; ++q) better += (v[q] > sb) || (v[q] == sb && j0 + q < b);
       }
+    keep[b] = sb > -INFINITY && better < k;
+  }
+  __syncthreads();
+  // Kept blocks in ascending order (warp 0, one ballot per 32 blocks), then -1 padding.
+  if (tid < 32) {
+    const int lane = tid;
+    int count = 0;
+    for (int b0 = 0; b0 < nb; b0 += 32) {
+      const int b = b0 + lane;
+      const bool kb = b < nb && keep[b];
+      const unsigned m = __ballot_sync(kFullMask, kb);
+      if (kb) out[count + __popc(m & ((1u << lane) - 1u))] = b;
+      count += __popc(m);
     }
+    for (int i = count + lane; i < k; i += 32) out[i] = -1;
   }
-  __syncwarp();
-  // Selected blocks in ascending order: a ballot per 32 blocks.
-  int count = 0;
-  for (int b0 = 0; b0 < nb; b0 += 32) {
-    int b = b0 + lane;
-    bool sel = b < nb && scratch[b] != scratch[b];
-    unsigned m = __ballot_sync(kFullMask, sel);
-    if (sel) out[count + __popc(m & ((1u << lane) - 1u))] = b;
-    count += __popc(m);
-  }
-  for (int i = count + lane; i < p.topk; i += 32) out[i] = -1;
 }
 
 }  // namespace m3::kernels

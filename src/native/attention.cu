@@ -1,6 +1,7 @@
 // Attention launchers: one 128-thread block per (token, KV group, split), one instantiation per
-// (cache dtype, head_dim in {64, 128}); a combine kernel (one warp per token x head) when S > 1.
+// (cache dtype, head_dim in {64, 128}); a combine kernel (one block per token x KV group x 256 outputs) when S > 1.
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/attention.cuh"
 #include "native/attention.h"
@@ -10,23 +11,24 @@ namespace m3::native {
 namespace {
 
 constexpr int kThreads = kernels::kAttnWarps * 32;
-constexpr int kCombineWarps = 4;
+constexpr int kCombineThreads = 256;
 
 template <class C, int D>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(kernels::AttentionParams p) {
-  extern __shared__ float q_s[];
-  kernels::attention_split_work<C, D>(int64_t(blockIdx.x), int(threadIdx.x), q_s, p);
+  extern __shared__ __align__(16) uint8_t smem[];
+  kernels::attention_split_work<C, D>(int64_t(blockIdx.x), int(threadIdx.x), smem, p);
 }
 
-__global__ void __launch_bounds__(kCombineWarps * 32) attention_combine_kernel(kernels::AttentionParams p) {
-  int64_t w = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
-  if (w >= int64_t(p.num_tokens) * p.num_heads) return;
-  kernels::attention_combine_work(w, int(threadIdx.x % 32), p);
+__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(kernels::AttentionParams p) {
+  extern __shared__ float wts[];
+  kernels::attention_combine_work(int64_t(blockIdx.x), int(threadIdx.x), kCombineThreads, wts, p);
 }
 
 template <class C, int D>
-void launch_split(const kernels::AttentionParams& p, int64_t blocks, size_t smem, cudaStream_t s) {
-  attention_split_kernel<C, D><<<unsigned(blocks), kThreads, smem, s>>>(p);
+void launch_split(const kernels::AttentionParams& p, int64_t blocks, int group, cudaStream_t s) {
+  const int smem = kernels::AttnSmem<C, D>::bytes(group);
+  M3_CHECK(smem <= 48 * 1024, "attention: {} bytes of shared memory for group {} x head_dim {}", smem, group, D);
+  attention_split_kernel<C, D><<<unsigned(blocks), kThreads, size_t(smem), s>>>(p);
 }
 
 int device_sms() {
@@ -71,6 +73,7 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
   M3_CHECK(D == 64 || D == 128, "attention: head_dim {} unsupported (64 or 128)", D);
   M3_CHECK(cache.k && cache.v, "attention: cache K/V pointers are null");
   M3_CHECK(a.q && a.out, "attention: q and out must be set");
+  M3_CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0, "attention: q must be 16-byte aligned");
   M3_CHECK(!a.selected || a.topk > 0, "attention: selected blocks given with topk {}", a.topk);
   if (T == 0) return 1;
   const int max_tiles = attention_max_tiles(a.selected != nullptr, a.topk, cache.block_size, meta.max_context);
@@ -105,22 +108,24 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
     p.part_o = static_cast<float*>(a.workspace);
     p.part_ml = p.part_o + size_t(T) * a.num_heads * S * D;
   }
-  const size_t smem = size_t(a.num_heads / KV) * D * sizeof(float);
+  const int group = a.num_heads / KV;
   using kernels::CacheBf16;
   using kernels::CacheFp8;
   if (cache.kv_dtype == DType::F8_E4M3) {
-    if (D == 64) launch_split<CacheFp8, 64>(p, blocks, smem, stream);
-    else launch_split<CacheFp8, 128>(p, blocks, smem, stream);
+    if (D == 64) launch_split<CacheFp8, 64>(p, blocks, group, stream);
+    else launch_split<CacheFp8, 128>(p, blocks, group, stream);
   } else if (cache.kv_dtype == DType::BF16) {
-    if (D == 64) launch_split<CacheBf16, 64>(p, blocks, smem, stream);
-    else launch_split<CacheBf16, 128>(p, blocks, smem, stream);
+    if (D == 64) launch_split<CacheBf16, 64>(p, blocks, group, stream);
+    else launch_split<CacheBf16, 128>(p, blocks, group, stream);
   } else {
     M3_FAIL("attention: K/V cache dtype {} unsupported", dtype_name(cache.kv_dtype));
   }
   M3_LAUNCH_CHECK(stream);
   if (S > 1) {
-    int64_t cb = (int64_t(T) * a.num_heads + kCombineWarps - 1) / kCombineWarps;
-    attention_combine_kernel<<<unsigned(cb), kCombineWarps * 32, 0, stream>>>(p);
+    const size_t wsmem = size_t(S) * group * sizeof(float);
+    M3_CHECK(wsmem <= 48 * 1024, "attention: {} splits x {} heads exceed the combine kernel's shared memory", S, group);
+    const int64_t cblocks = int64_t(T) * KV * kernels::attention_combine_chunks(group, D, kCombineThreads);
+    attention_combine_kernel<<<unsigned(cblocks), kCombineThreads, wsmem, stream>>>(p);
     M3_LAUNCH_CHECK(stream);
   }
   return S;

@@ -1,6 +1,6 @@
 // Native launcher of the MSA indexer (kernels/indexer.cuh): per token and index group, the top-k
 // key blocks by max-pooled index score, local blocks forced. Two launches: block scores (one
-// thread block per token x visible block), then selection (one warp per token x group).
+// thread block per token x visible block), then selection (one thread block per token x group).
 #pragma once
 #include <cstddef>
 #include <cstdint>

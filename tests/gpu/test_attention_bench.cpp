@@ -2,7 +2,8 @@
 // shapes: 64 q heads, 4 KV heads, head_dim 128, index 4 x 128, block 128, top-16, FP8 caches),
 // contexts 8K and 64K, against the bytes each must read: the whole index-K cache (context x 128 B)
 // and the selected K/V blocks (4 groups x 16 blocks x 128 tokens x 128 B x 2). Cold L2 (a 256 MB
-// memset between iterations) and warm; medians of event timings. Runs only with M3_BENCH=1.
+// memset between iterations) and warm, iterations enqueued back to back, medians of event
+// timings; plus a CUDA-graph replay of 20 layers' worth (warm). Runs only with M3_BENCH=1.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -47,6 +48,8 @@ TEST(GpuAttentionBench, DecodeBatch1) {
   M3_CUDA_CHECK(cudaEventCreate(&e0));
   M3_CUDA_CHECK(cudaEventCreate(&e1));
   M3_CUDA_CHECK(cudaEventCreate(&e2));
+  std::vector<cudaEvent_t> ev(180);
+  for (auto& e : ev) M3_CUDA_CHECK(cudaEventCreate(&e));
   // Reference bandwidth: 1 GiB device-to-device copy (read + write counted).
   float copy_tbs = 0;
   {
@@ -67,8 +70,16 @@ TEST(GpuAttentionBench, DecodeBatch1) {
   std::printf("\n  device-to-device copy 1 GiB: %.2f TB/s (read + write)\n", copy_tbs);
   std::printf("  %-6s %-5s %-6s %9s %9s %9s %10s %10s %8s\n", "ctx", "L2", "splits", "index_us", "attn_us",
               "total_us", "bytes_MB", "GB/s", "of_copy");
+  // M3_BENCH_CTX=<n> times one context; M3_BENCH_ITERS=<n> sets the iteration count and keeps
+  // only the automatic split and no graph (for a profiler run).
+  const char* ctx_env = std::getenv("M3_BENCH_CTX");
+  const char* it_env = std::getenv("M3_BENCH_ITERS");
+  std::vector<int> ctxs = ctx_env ? std::vector<int>{std::atoi(ctx_env)} : std::vector<int>{8192, 65536};
+  const bool short_run = it_env != nullptr;
+  const int kIters = short_run ? std::max(1, std::atoi(it_env)) : 60, kWarm = short_run ? 0 : 10;
+  std::vector<int> splits = short_run ? std::vector<int>{0, -1} : std::vector<int>{0, 8, 16, 32, 64, -1};
   Rng rng;
-  for (int ctx : {8192, 65536}) {
+  for (int ctx : ctxs) {
     Scenario sc = make_scenario({{ctx - 1, 1}}, bs, 0, rng.gen, 1);
     native::KvCacheShape shape;
     shape.num_layers = 1;
@@ -107,7 +118,7 @@ TEST(GpuAttentionBench, DecodeBatch1) {
     ia.workspace_bytes = iws;
     ia.selected = sel.p;
     // split -1: dense causal attention over the whole context (the full-attention layers), no indexer.
-    for (int split : {0, 8, 16, 32, 64, -1}) {
+    for (int split : splits) {
       const bool dense = split < 0;
       const double bytes = dense ? double(ctx) * KV * D * 2 : double(ctx) * ID + double(KV) * topk * bs * D * 2;
       native::AttentionArgs aa;
@@ -120,28 +131,63 @@ TEST(GpuAttentionBench, DecodeBatch1) {
       aa.workspace = awork.p;
       aa.workspace_bytes = aws;
       aa.out = out.p;
+      // Events around each phase, iterations enqueued back to back (no host sync inside the
+      // timed stream, so neither host launch gaps nor an idle GPU between iterations count).
       for (bool cold : {true, false}) {
-        std::vector<float> ti, ta, tt;
         int used = 0;
-        for (int it = 0; it < 60; ++it) {
+        for (int it = 0; it < kIters; ++it) {
           if (cold) M3_CUDA_CHECK(cudaMemsetAsync(flush.p, it & 0xff, flush.n, st));
-          M3_CUDA_CHECK(cudaEventRecord(e0, st));
+          M3_CUDA_CHECK(cudaEventRecord(ev[size_t(3 * it)], st));
           if (!dense) native::indexer_select(ia, dmeta.view(), view, st);
-          M3_CUDA_CHECK(cudaEventRecord(e1, st));
+          M3_CUDA_CHECK(cudaEventRecord(ev[size_t(3 * it + 1)], st));
           used = native::attention_forward(aa, dmeta.view(), view, st);
-          M3_CUDA_CHECK(cudaEventRecord(e2, st));
-          M3_CUDA_CHECK(cudaEventSynchronize(e2));
+          M3_CUDA_CHECK(cudaEventRecord(ev[size_t(3 * it + 2)], st));
+        }
+        M3_CUDA_CHECK(cudaStreamSynchronize(st));
+        std::vector<float> ti, ta, tt;
+        for (int it = kWarm; it < kIters; ++it) {
           float a, b, c;
-          M3_CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
-          M3_CUDA_CHECK(cudaEventElapsedTime(&b, e1, e2));
-          M3_CUDA_CHECK(cudaEventElapsedTime(&c, e0, e2));
-          if (it >= 10) { ti.push_back(a * 1e3f); ta.push_back(b * 1e3f); tt.push_back(c * 1e3f); }
+          M3_CUDA_CHECK(cudaEventElapsedTime(&a, ev[size_t(3 * it)], ev[size_t(3 * it + 1)]));
+          M3_CUDA_CHECK(cudaEventElapsedTime(&b, ev[size_t(3 * it + 1)], ev[size_t(3 * it + 2)]));
+          M3_CUDA_CHECK(cudaEventElapsedTime(&c, ev[size_t(3 * it)], ev[size_t(3 * it + 2)]));
+          ti.push_back(a * 1e3f);
+          ta.push_back(b * 1e3f);
+          tt.push_back(c * 1e3f);
         }
         float total = median(tt);
         double gbs = bytes / (double(total) * 1e-6) / 1e9;
         std::printf("  %-6d %-5s %-6s %9.2f %9.2f %9.2f %10.2f %10.1f %7.1f%%\n", ctx, cold ? "cold" : "warm",
-                    ((dense ? "D" : "") + std::to_string(used)).c_str(),
-                    median(ti), median(ta), total, bytes / 1e6, gbs, 100.0 * gbs / (copy_tbs * 1e3));
+                    ((dense ? "D" : "") + std::to_string(used)).c_str(), median(ti), median(ta), total, bytes / 1e6,
+                    gbs, 100.0 * gbs / (copy_tbs * 1e3));
+      }
+      // CUDA graph of 20 back-to-back layers' worth (warm L2), replayed: per-layer time with the
+      // graph's kernel boundaries, as a captured decode step would run.
+      if (!short_run) {
+        const int kPer = 20, kReps = 5;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        M3_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        int used = 0;
+        for (int i = 0; i < kPer; ++i) {
+          if (!dense) native::indexer_select(ia, dmeta.view(), view, st);
+          used = native::attention_forward(aa, dmeta.view(), view, st);
+        }
+        M3_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+        M3_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        M3_CUDA_CHECK(cudaGraphLaunch(exec, st));
+        M3_CUDA_CHECK(cudaEventRecord(ev[0], st));
+        for (int r = 0; r < kReps; ++r) M3_CUDA_CHECK(cudaGraphLaunch(exec, st));
+        M3_CUDA_CHECK(cudaEventRecord(ev[1], st));
+        M3_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float ms;
+        M3_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        float per = ms * 1e3f / float(kPer * kReps);
+        double gbs = bytes / (double(per) * 1e-6) / 1e9;
+        std::printf("  %-6d %-5s %-6s %9s %9s %9.2f %10.2f %10.1f %7.1f%%\n", ctx, "graph",
+                    ((dense ? "D" : "") + std::to_string(used)).c_str(), "-", "-", per, bytes / 1e6, gbs,
+                    100.0 * gbs / (copy_tbs * 1e3));
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
       }
     }
     // Selections must be valid: ascending ids <= the query block, local block present.
@@ -151,6 +197,7 @@ TEST(GpuAttentionBench, DecodeBatch1) {
       for (int i = 1; i < topk; ++i) EXPECT_LT(s[size_t(g) * topk + i - 1], s[size_t(g) * topk + i]);
     }
   }
+  for (auto& e : ev) cudaEventDestroy(e);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaEventDestroy(e2);
