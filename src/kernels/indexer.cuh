@@ -126,14 +126,21 @@ __device__ void indexer_block_scores_work(int64_t w, int tid, int nthreads, uint
   }
 }
 
-// Shared memory of the top-k work: scores (padded to a multiple of 8 with -inf) and flags.
-__host__ __device__ inline int indexer_topk_smem_bytes(int max_q_blocks) { return (max_q_blocks + 7) / 8 * 8 * 8; }
+constexpr int kTopkChunk = 128;  // blocks per pruning chunk
+
+// Shared memory of the top-k work, for n8 = max_q_blocks rounded up to 8: scores [n8] (padded with
+// -inf), keep flags [n8], candidate ids [n8 + 4] and scores [n8 + 4], one counter.
+__host__ __device__ inline int indexer_topk_smem_bytes(int max_q_blocks) {
+  const int n8 = (max_q_blocks + 7) / 8 * 8;
+  return n8 * 4 * 2 + (n8 + 4) * 4 * 2 + 16;
+}
 
 // One thread block of `nthreads` threads (a multiple of 32) per (token, group); smem:
 // indexer_topk_smem_bytes(max_q_blocks). Block i is kept iff its score is not -inf and fewer
-// than k blocks beat it (higher score, or equal score and lower index); each thread counts for its
-// blocks, stopping once k are found, reading the scores from shared memory (broadcast). No
-// serial rounds: the cost is about k ln(nb) reads per block, nb for the kept ones.
+// than k blocks beat it (higher score, or equal score and lower index). Exact pruning first: a
+// block beaten by k others inside its own chunk of kTopkChunk blocks cannot be kept, and every
+// block that beats a kept block is itself kept, so ranking the survivors among themselves gives
+// the same answer. Scans read 8 scores per step (broadcast 16-byte reads) and stop at k.
 __device__ inline void indexer_topk_work(int64_t w, int tid, int nthreads, uint8_t* smem, const IndexerParams& p) {
   const int t = int(w / p.index_heads), g = int(w % p.index_heads);
   int32_t* out = p.selected + (int64_t(t) * p.index_heads + g) * p.topk;
@@ -143,30 +150,62 @@ __device__ inline void indexer_topk_work(int64_t w, int tid, int nthreads, uint8
     return;
   }
   const int qb = pos / p.block_size, nb = qb + 1, k = p.topk;
+  const int nb8 = (nb + 7) / 8 * 8, cap = (p.max_q_blocks + 7) / 8 * 8;
   const float* sc = p.block_scores + (int64_t(t) * p.index_heads + g) * p.max_q_blocks;
-  const int nb8 = (nb + 7) / 8 * 8;
-  float* s_s = reinterpret_cast<float*>(smem);                               // [nb8] sanitized scores
-  int32_t* keep = reinterpret_cast<int32_t*>(s_s + (p.max_q_blocks + 7) / 8 * 8);  // [nb] 1 = selected
+  float* s_s = reinterpret_cast<float*>(smem);               // [cap] sanitized scores
+  int32_t* keep = reinterpret_cast<int32_t*>(s_s + cap);     // [cap] 1 = selected
+  int32_t* cand = keep + cap;                                // [cap + 4] candidate block ids
+  float* cand_s = reinterpret_cast<float*>(cand + cap + 4);  // [cap + 4] their scores
+  int32_t* ncand = reinterpret_cast<int32_t*>(cand_s + cap + 4);
+  if (tid == 0) *ncand = 0;
   for (int b = tid; b < nb8; b += nthreads) {
     float s = b < nb ? sc[b] : -INFINITY;  // padding never beats a selectable block
     if (s != s) s = -INFINITY;
     if (b < nb && b > qb - p.local) s = INFINITY;  // b in [qb - local + 1, qb]
     s_s[b] = s;
+    keep[b] = 0;
   }
   __syncthreads();
+  // 1. Candidates: fewer than k better blocks inside the block's own chunk.
   for (int b = tid; b < nb; b += nthreads) {
     const float sb = s_s[b];
+    if (!(sb > -INFINITY)) continue;
+    const int c0 = b / kTopkChunk * kTopkChunk, c1 = min(c0 + kTopkChunk, nb8);
     int better = 0;
-    if (sb > -INFINITY)
-      // 8 scores per step (two broadcast 16-byte reads), the exit tested once per step.
-      for (int j0 = 0; j0 < nb8 && better < k; j0 += 8) {
-        const float4 x = *reinterpret_cast<const float4*>(s_s + j0);
-        const float4 y = *reinterpret_cast<const float4*>(s_s + j0 + 4);
-        const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+    for (int j0 = c0; j0 < c1 && better < k; j0 += 8) {
+      const float4 x = *reinterpret_cast<const float4*>(s_s + j0);
+      const float4 y = *reinterpret_cast<const float4*>(s_s + j0 + 4);
+      const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
 #pragma unroll
-        for (int q = 0; q < 8; ++q) better += (v[q] > sb) || (v[q] == sb && j0 + q < b);
-      }
-    keep[b] = sb > -INFINITY && better < k;
+      for (int q = 0; q < 8; ++q) better += (v[q] > sb) || (v[q] == sb && j0 + q < b);
+    }
+    if (better < k) {
+      const int i = atomicAdd(ncand, 1);
+      cand[i] = b;
+      cand_s[i] = sb;
+    }
+  }
+  __syncthreads();
+  const int nc = *ncand, nc4 = (nc + 3) / 4 * 4;
+  if (tid < nc4 - nc) {  // pad the list to a multiple of 4 with entries that beat nothing
+    cand[nc + tid] = INT_MAX;
+    cand_s[nc + tid] = -INFINITY;
+  }
+  __syncthreads();
+  // 2. Rank among the candidates (order of the list is irrelevant: ties compare block ids).
+  for (int i = tid; i < nc; i += nthreads) {
+    const int b = cand[i];
+    const float sb = cand_s[i];
+    int better = 0;
+    for (int j0 = 0; j0 < nc4 && better < k; j0 += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(cand_s + j0);
+      const int4 id = *reinterpret_cast<const int4*>(cand + j0);
+      better += (x.x > sb) || (x.x == sb && id.x < b);
+      better += (x.y > sb) || (x.y == sb && id.y < b);
+      better += (x.z > sb) || (x.z == sb && id.z < b);
+      better += (x.w > sb) || (x.w == sb && id.w < b);
+    }
+    if (better < k) keep[b] = 1;
   }
   __syncthreads();
   // Kept blocks in ascending order (warp 0, one ballot per 32 blocks), then -1 padding.

@@ -223,10 +223,12 @@ TEST(GpuIndexer, RealShapesBf16) {
   run_case({"real bf16", 4, 128, 128, 16, 1, DType::BF16, {{50, 1}, {2047, 1}, {3000, 20}}, 1});
 }
 TEST(GpuIndexer, OddShapes) {
-  run_case({"odd fp8", 2, 64, 16, 3, 2, DType::F8_E4M3, {{3, 1}, {15, 1}, {16, 1}, {40, 1}, {700, 1}, {250, 30}}, 2});
+  // 4800 and 3005 tokens at block 16: 300 / 188 blocks, more than one top-k pruning chunk.
+  run_case({"odd fp8", 2, 64, 16, 3, 2, DType::F8_E4M3,
+            {{3, 1}, {15, 1}, {16, 1}, {40, 1}, {700, 1}, {250, 30}, {4799, 1}, {3000, 5}}, 2});
   run_case({"odd bf16", 2, 64, 16, 3, 2, DType::BF16, {{0, 1}, {33, 1}, {500, 12}}, 0});
 }
 TEST(GpuIndexer, ExactTiesPickLowerBlocks) {
   // Every key equal: every block scores the same, so selection = local blocks + the lowest ids.
-  run_case({"ties", 2, 64, 16, 4, 2, DType::F8_E4M3, {{200, 1}, {90, 10}}, 1, true});
+  run_case({"ties", 2, 64, 16, 4, 2, DType::F8_E4M3, {{200, 1}, {90, 10}, {2500, 1}}, 1, true});
 }
