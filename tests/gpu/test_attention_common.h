@@ -1,6 +1,8 @@
 // Helpers shared by the cache / rope / indexer / attention GPU tests: device buffers, seeded
 // generators, random paged scenarios (requests with shuffled block tables) and host-side cache
 // filling with the project's codecs, so the reference reads exactly the numbers the GPU reads.
+// NOTE: in their own namespace: other GPU test helpers define m3::test::DevBuf differently, and
+// all GPU tests link into one binary (one definition per name).
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -19,7 +21,7 @@
 #include "native/kv_cache.h"
 #include "native/step_metadata.h"
 
-namespace m3::test {
+namespace m3::test::cache_tests {
 
 template <class T>
 struct DevBuf {
@@ -141,4 +143,4 @@ inline std::vector<int64_t> request_slots(const Scenario& s, size_t i) {
 // Power-of-two-free scale so FP8 rounding is exercised with a non-trivial multiplier.
 inline float fp8_scale_for(float amax, Rng& rng) { return amax / 448.0f * rng.uniform(0.8f, 1.2f); }
 
-}  // namespace m3::test
+}  // namespace m3::test::cache_tests

@@ -14,6 +14,7 @@
 
 using namespace m3;
 using namespace m3::test;
+using namespace m3::test::cache_tests;
 
 namespace {
 
