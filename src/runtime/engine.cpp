@@ -28,11 +28,21 @@ uint64_t Engine::submit(GenerationRequest r, EventCallback cb) {
   uint64_t id = next_id_++;
   live_++;
   stats_.requests_submitted++;
-  // Runs on the engine thread; the loop publishes the finish together with the freed blocks, so
-  // whoever sees the engine idle also sees every block back.
+  // Runs on the engine thread. On the final event the freed blocks are published before the
+  // client hears of it (so its next /metrics read sees them), and the request stops counting as
+  // live only after its callback returned (so wait_idle() implies every callback ran).
   EventCallback wrapped = [this, cb = std::move(cb)](const RequestEvent& ev) {
+    if (ev.finished) {
+      std::lock_guard g(mu_);
+      publish_gauges();
+    }
     if (cb) cb(ev);
-    if (ev.finished) finished_.push_back(ev.reason);
+    if (ev.finished) {
+      std::lock_guard g(mu_);
+      live_--;
+      stats_.requests_finished[finish_reason_name(ev.reason)]++;
+      idle_cv_.notify_all();
+    }
   };
   inbox_.push_back(Pending{id, std::move(r), std::move(wrapped)});
   cv_.notify_one();
@@ -93,17 +103,17 @@ void Engine::loop() {
     if (sched_.has_work()) rep = sched_.step();
 
     lk.lock();
-    for (FinishReason r : finished_) stats_.requests_finished[finish_reason_name(r)]++;
-    live_ -= int(finished_.size());
-    if (!finished_.empty()) idle_cv_.notify_all();
-    finished_.clear();
     has_work = sched_.has_work();
-    stats_.waiting = sched_.num_waiting();
-    stats_.running = sched_.num_running();
-    stats_.cache_blocks_used = sched_.blocks().num_used();
+    publish_gauges();
     if (rep.ran) record(rep);
     if (stop && !has_work && inbox_.empty()) break;
   }
+}
+
+void Engine::publish_gauges() {
+  stats_.waiting = sched_.num_waiting();
+  stats_.running = sched_.num_running();
+  stats_.cache_blocks_used = sched_.blocks().num_used();
 }
 
 void Engine::record(const StepReport& rep) {

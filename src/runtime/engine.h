@@ -59,7 +59,8 @@ class Engine {
     EventCallback cb;
   };
   void loop();
-  void record(const StepReport& rep);
+  void record(const StepReport& rep);  // with mu_ held
+  void publish_gauges();               // engine thread, with mu_ held
 
   Dispatcher dispatcher_;
   ModelSpec spec_;
@@ -79,7 +80,6 @@ class Engine {
   std::atomic<uint64_t> next_id_{1};
   EngineStats stats_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int>> recent_;  // (step end, tokens sampled)
-  std::vector<FinishReason> finished_;  // engine thread only: finishes not yet published
   std::thread thread_;
 };
 

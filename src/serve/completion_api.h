@@ -1,0 +1,73 @@
+// The OpenAI /v1/completions contract, without HTTP: parsing and validating a request body into
+// engine requests (every bad input becomes an ApiError with a 4xx status naming the field), and
+// writing responses, stream chunks, model lists and errors as JSON. This checkpoint has no
+// tokenizer, so prompts are token ids and completions come back as ids: choices[i].token_ids, and
+// choices[i].text holding the same ids separated by spaces.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/request.h"
+
+namespace m3::serve {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" = null
+  std::string code;   // "" = null
+};
+std::string error_json(const ApiError& e);
+
+struct ApiLimits {
+  std::string model;              // the served model id
+  int vocab_size = 0;
+  int max_model_len = 0;          // prompt + completion
+  int max_prompt_tokens = 0;      // per prompt
+  int max_completion_tokens = 0;  // max_tokens upper bound
+  int max_prompts = 64;           // prompts in one request (prompt as a list of lists)
+};
+
+struct CompletionParams {
+  std::vector<std::vector<int32_t>> prompts;  // one choice per prompt
+  int max_tokens = 16;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  std::optional<uint64_t> seed;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // The engine request for prompt i (seed: the given one, else `fallback_seed`).
+  GenerationRequest request(size_t i, uint64_t fallback_seed) const;
+};
+
+// Returns the parsed parameters, or nullopt with `err` set to the first problem found.
+std::optional<CompletionParams> parse_completion_request(std::string_view body, const ApiLimits& lim, ApiError& err);
+
+// One choice's result, for whole responses and stream chunks.
+struct ChoiceResult {
+  int index = 0;
+  std::vector<int32_t> tokens;  // for chunks: the new tokens only
+  std::string finish_reason;    // "", "length", "stop"
+  int32_t stop_token = -1;      // the id that ended it with "stop", else -1
+};
+struct Usage {
+  int prompt_tokens = 0, completion_tokens = 0;
+};
+
+// " "-separated ids; `leading_space` when the text continues earlier tokens (stream chunks).
+std::string ids_text(const std::vector<int32_t>& ids, bool leading_space = false);
+std::string completion_json(const std::string& id, int64_t created, const std::string& model,
+                            const std::vector<ChoiceResult>& choices, const Usage& usage);
+std::string chunk_json(const std::string& id, int64_t created, const std::string& model, const ChoiceResult& choice,
+                       bool continues);
+std::string usage_chunk_json(const std::string& id, int64_t created, const std::string& model, const Usage& usage);
+std::string models_json(const ApiLimits& lim, int64_t created);
+
+}  // namespace m3::serve

@@ -1,0 +1,44 @@
+// Prometheus text exposition (format 0.0.4) of the engine's and the HTTP server's counters.
+// PromText builds one family at a time (HELP and TYPE once, then its samples); render_metrics()
+// lays out every m3_* family /metrics serves.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine_stats.h"
+
+namespace m3::serve {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+class PromText {
+ public:
+  // type: "gauge", "counter" or "histogram". Samples of a family follow its family() call.
+  void family(const std::string& name, const std::string& type, const std::string& help);
+  void sample(const std::string& name, double value, const Labels& labels = {});
+  // A whole histogram family: cumulative _bucket{le=...} lines, +Inf, _sum and _count.
+  void histogram(const std::string& name, const std::string& help, const Histogram& h);
+  const std::string& str() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Label values escape backslash, double quote and newline; HELP text escapes backslash and newline.
+std::string escape_label_value(const std::string& v);
+// Integers print without a fraction, others with up to 17 significant digits; NaN/Inf as Prometheus spells them.
+std::string format_value(double v);
+
+struct ServerCounters {
+  int active_requests = 0;                   // completions in flight
+  uint64_t rejected_busy = 0;                // 429: over the concurrency limit
+  uint64_t client_disconnects = 0;           // streams whose client went away
+  std::map<int, uint64_t> responses_by_code;  // every HTTP response, by status
+};
+
+std::string render_metrics(const EngineStats& e, const ServerCounters& s);
+
+}  // namespace m3::serve

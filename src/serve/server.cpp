@@ -1,0 +1,372 @@
+// Server: httplib routes, per-request jobs fed by engine callbacks, SSE streaming, shutdown.
+#include "serve/server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <fmt/format.h>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/check.h"
+#include "serve/completion_api.h"
+
+namespace m3::serve {
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  // NOTE: every byte of the longer string is visited whatever the contents, so the time leaks
+  // only the lengths.
+  const size_t n = std::max(a.size(), b.size());
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = diff | static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+namespace {
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// One HTTP completion: its prompts' engine requests and what they produced so far.
+struct Job {
+  struct Choice {
+    uint64_t engine_id = 0;
+    std::vector<int32_t> tokens;
+    bool finished = false;
+    FinishReason reason = FinishReason::None;
+    int32_t stop_token = -1;
+    int prompt_tokens = 0;
+    std::string error;
+  };
+  struct Event {
+    int choice;
+    RequestEvent ev;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Choice> choices;
+  std::deque<Event> events;  // streaming: not yet written
+  int unfinished = 0;
+  bool stream = false;
+
+  void on_event(int i, const RequestEvent& ev) {
+    std::lock_guard lk(mu);
+    Choice& c = choices[size_t(i)];
+    c.tokens.insert(c.tokens.end(), ev.new_tokens.begin(), ev.new_tokens.end());
+    c.prompt_tokens = ev.prompt_tokens;
+    if (ev.finished) {
+      c.finished = true;
+      c.reason = ev.reason;
+      c.stop_token = ev.stop_token;
+      c.error = ev.error;
+      unfinished--;
+    }
+    if (stream) events.push_back(Event{i, ev});
+    cv.notify_all();
+  }
+  Usage usage() const {  // call with mu held (or after all finished)
+    Usage u;
+    for (const auto& c : choices) {
+      u.prompt_tokens += c.prompt_tokens;
+      u.completion_tokens += int(c.tokens.size());
+    }
+    return u;
+  }
+};
+
+}  // namespace
+
+struct Server::Impl {
+  Engine& engine;
+  ServerOptions opt;
+  ApiLimits limits;
+  httplib::Server http;
+  std::atomic<bool> draining{false};
+  std::atomic<int> active{0};
+  std::atomic<uint64_t> next_cmpl{1};
+  mutable std::mutex mu;  // counters, rng
+  ServerCounters counters;
+  std::mt19937_64 rng{std::random_device{}()};
+  std::condition_variable idle_cv;
+
+  Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)) {
+    limits.model = opt.model_name;
+    limits.vocab_size = engine.spec().vocab_size;
+    limits.max_model_len = engine.max_model_len();
+    limits.max_prompt_tokens = opt.max_prompt_tokens > 0 ? std::min(opt.max_prompt_tokens, limits.max_model_len - 1)
+                                                         : limits.max_model_len - 1;
+    limits.max_completion_tokens = opt.max_completion_tokens > 0
+                                       ? std::min(opt.max_completion_tokens, limits.max_model_len - 1)
+                                       : limits.max_model_len - 1;
+    M3_CHECK(opt.max_concurrent_requests >= 1, "serve: max concurrent requests must be >= 1, got {}",
+             opt.max_concurrent_requests);
+    setup();
+  }
+
+  static void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(error_json(e), "application/json");
+  }
+  static ApiError err(int status, std::string msg, std::string type, std::string code) {
+    return ApiError{status, std::move(msg), std::move(type), "", std::move(code)};
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty()) return true;
+    if (constant_time_equal(req.get_header_value("Authorization"), "Bearer " + opt.api_key)) return true;
+    send_error(res, err(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                        "invalid_request_error", "invalid_api_key"));
+    return false;
+  }
+
+  uint64_t random_seed() {
+    std::lock_guard lk(mu);
+    return rng();
+  }
+
+  // Holds one slot of the concurrency limit while a completion (or its stream) is alive.
+  struct Slot {
+    Impl* impl;
+    ~Slot() {
+      std::lock_guard lk(impl->mu);
+      impl->active--;
+      impl->idle_cv.notify_all();
+    }
+  };
+  std::shared_ptr<Slot> acquire_slot() {
+    std::lock_guard lk(mu);
+    if (active >= opt.max_concurrent_requests) {
+      counters.rejected_busy++;
+      return nullptr;
+    }
+    active++;
+    return std::shared_ptr<Slot>(new Slot{this});
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    if (draining) return send_error(res, err(503, "the server is shutting down", "server_error", "shutting_down"));
+    std::shared_ptr<Slot> slot = acquire_slot();
+    if (!slot)
+      return send_error(res, err(429, fmt::format("too many concurrent requests (limit {})", opt.max_concurrent_requests),
+                                 "rate_limit_error", "too_many_requests"));
+    ApiError e;
+    std::optional<CompletionParams> p = parse_completion_request(req.body, limits, e);
+    if (!p) return send_error(res, e);
+
+    auto job = std::make_shared<Job>();
+    job->stream = p->stream;
+    job->choices.resize(p->prompts.size());
+    job->unfinished = int(p->prompts.size());
+    for (size_t i = 0; i < p->prompts.size(); ++i) {
+      try {
+        uint64_t id = engine.submit(p->request(i, random_seed()),
+                                    [job, i](const RequestEvent& ev) { job->on_event(int(i), ev); });
+        std::lock_guard lk(job->mu);
+        job->choices[i].engine_id = id;
+      } catch (const std::exception& ex) {
+        for (size_t k = 0; k < i; ++k) engine.cancel(job->choices[k].engine_id, "request rejected");
+        if (engine.draining())
+          return send_error(res, err(503, "the server is shutting down", "server_error", "shutting_down"));
+        return send_error(res, ApiError{400, ex.what(), "invalid_request_error", "prompt", ""});
+      }
+    }
+    const std::string id = fmt::format("cmpl-{:016x}", next_cmpl++ ^ (random_seed() & 0xffffffff00000000ull));
+    const int64_t created = unix_now();
+    if (!p->stream) return finish_whole(res, job, id, created);
+    stream(res, job, id, created, p->include_usage, slot);
+  }
+
+  void finish_whole(httplib::Response& res, const std::shared_ptr<Job>& job, const std::string& id, int64_t created) {
+    std::unique_lock lk(job->mu);
+    job->cv.wait(lk, [&] { return job->unfinished == 0; });
+    std::vector<ChoiceResult> out;
+    for (size_t i = 0; i < job->choices.size(); ++i) {
+      const auto& c = job->choices[i];
+      if (c.reason == FinishReason::Error)
+        return send_error(res, err(500, "generation failed: " + c.error, "server_error", "engine_error"));
+      if (c.reason == FinishReason::Cancelled)
+        return send_error(res, err(503, "the request was cancelled: " + c.error, "server_error", "cancelled"));
+      out.push_back(ChoiceResult{int(i), c.tokens, finish_reason_name(c.reason), c.stop_token});
+    }
+    res.set_content(completion_json(id, created, opt.model_name, out, job->usage()), "application/json");
+  }
+
+  void stream(httplib::Response& res, std::shared_ptr<Job> job, std::string id, int64_t created, bool include_usage,
+              std::shared_ptr<Slot> slot) {
+    struct State {
+      std::vector<size_t> emitted;
+      bool failed = false;
+    };
+    auto st = std::make_shared<State>();
+    st->emitted.assign(job->choices.size(), 0);
+    auto keepalive = std::chrono::duration<double>(opt.stream_keepalive_s);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, job, st, id, created, include_usage, keepalive, slot](size_t, httplib::DataSink& sink) -> bool {
+          std::unique_lock lk(job->mu);
+          bool woke = job->cv.wait_for(lk, keepalive, [&] { return !job->events.empty() || job->unfinished == 0; });
+          std::deque<Job::Event> evs;
+          evs.swap(job->events);
+          const bool all_done = job->unfinished == 0;
+          const Usage usage = job->usage();
+          lk.unlock();
+          std::string out;
+          for (auto& e : evs) {
+            const RequestEvent& ev = e.ev;
+            if (ev.finished && (ev.reason == FinishReason::Cancelled || ev.reason == FinishReason::Error)) {
+              ApiError ae = ev.reason == FinishReason::Error
+                                ? err(500, "generation failed: " + ev.error, "server_error", "engine_error")
+                                : err(503, "the request was cancelled: " + ev.error, "server_error", "cancelled");
+              out += "data: " + error_json(ae) + "\n\n";
+              st->failed = true;
+              continue;
+            }
+            ChoiceResult c{e.choice, ev.new_tokens, ev.finished ? finish_reason_name(ev.reason) : "", ev.stop_token};
+            out += "data: " + chunk_json(id, created, opt.model_name, c, st->emitted[size_t(e.choice)] > 0) + "\n\n";
+            st->emitted[size_t(e.choice)] += ev.new_tokens.size();
+          }
+          if (all_done) {
+            if (include_usage && !st->failed) out += "data: " + usage_chunk_json(id, created, opt.model_name, usage) + "\n\n";
+            out += "data: [DONE]\n\n";
+          }
+          if (out.empty() && !woke) out = ": keep-alive\n\n";  // a write is how a gone client shows up
+          if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+          if (all_done) sink.done();
+          return true;
+        },
+        [this, job](bool success) {
+          if (success) return;
+          // The client went away (or the listener stopped): free the engine's work and blocks.
+          std::vector<uint64_t> ids;
+          {
+            std::lock_guard lk(job->mu);
+            for (const auto& c : job->choices)
+              if (!c.finished) ids.push_back(c.engine_id);
+          }
+          for (uint64_t i : ids) engine.cancel(i, "client disconnected");
+          std::lock_guard lk(mu);
+          counters.client_disconnects++;
+        });
+  }
+
+  void setup() {
+    http.new_task_queue = [n = opt.http_threads > 0 ? opt.http_threads : opt.max_concurrent_requests + 8] {
+      return new httplib::ThreadPool(size_t(n));
+    };
+    http.set_payload_max_length(opt.max_body_bytes);
+    http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+      std::lock_guard lk(mu);
+      counters.responses_by_code[res.status]++;
+    });
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                        httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      ApiError e{res.status, "", "invalid_request_error", "", ""};
+      switch (res.status) {
+        case 404:
+          e.message = fmt::format("no route for {} {}", req.method, req.path);
+          e.code = "not_found";
+          break;
+        case 413:
+          e.message = fmt::format("the request body exceeds this server's limit of {} bytes", opt.max_body_bytes);
+          e.code = "body_too_large";
+          break;
+        default:
+          e.message = fmt::format("HTTP error {}", res.status);
+          if (res.status >= 500) e.type = "server_error";
+      }
+      send_error(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& ex) {
+        what = ex.what();
+      } catch (...) {
+      }
+      send_error(res, err(500, "internal error: " + what, "server_error", "internal_error"));
+    });
+
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    http.Get("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+      send_error(res, err(405, "use POST for /v1/completions", "invalid_request_error", "method_not_allowed"));
+    });
+    for (const char* path : {"/v1/chat/completions", "/v1/embeddings"})
+      http.Post(path, [path](const httplib::Request&, httplib::Response& res) {
+        send_error(res, err(404, fmt::format("{} is not served: this checkpoint has no tokenizer or chat template; use "
+                                             "/v1/completions with token ids",
+                                             path),
+                            "invalid_request_error", "not_found"));
+      });
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      res.set_content(models_json(limits, unix_now()), "application/json");
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (draining) {
+        res.status = 503;
+        res.set_content(R"({"status":"draining"})", "application/json");
+        return;
+      }
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(render_metrics(engine.stats(), snapshot()), "text/plain; version=0.0.4; charset=utf-8");
+    });
+  }
+
+  ServerCounters snapshot() const {
+    std::lock_guard lk(mu);
+    ServerCounters c = counters;
+    c.active_requests = active;
+    return c;
+  }
+};
+
+Server::Server(Engine& engine, ServerOptions opt) : impl_(std::make_unique<Impl>(engine, std::move(opt))) {}
+Server::~Server() {
+  if (impl_->http.is_running()) impl_->http.stop();
+}
+
+int Server::bind() {
+  auto& o = impl_->opt;
+  if (o.port == 0) {
+    int port = impl_->http.bind_to_any_port(o.host);
+    M3_CHECK(port > 0, "serve: cannot bind {} (any port)", o.host);
+    return port;
+  }
+  M3_CHECK(impl_->http.bind_to_port(o.host, o.port), "serve: cannot bind {}:{} (in use, or not a local address?)",
+           o.host, o.port);
+  return o.port;
+}
+
+void Server::serve() { impl_->http.listen_after_bind(); }
+
+void Server::shutdown(double grace_s) {
+  impl_->draining = true;
+  impl_->engine.shutdown(std::chrono::milliseconds(int64_t(grace_s * 1000)));
+  {
+    // Streams write their last events once the engine has finished or cancelled them.
+    std::unique_lock lk(impl_->mu);
+    impl_->idle_cv.wait_for(lk, std::chrono::seconds(5), [&] { return impl_->active == 0; });
+  }
+  impl_->http.stop();
+}
+
+bool Server::is_running() const { return impl_->http.is_running(); }
+ServerCounters Server::counters() const { return impl_->snapshot(); }
+
+}  // namespace m3::serve

@@ -1,0 +1,376 @@
+// The HTTP server in-process on the CPU reference backend (tiny synthetic model): completions
+// (whole, streamed, batched prompts) equal the engine's single-request output; bad requests get
+// OpenAI-style JSON errors and the server keeps serving; API keys; the concurrency limit; a client
+// that hangs up mid-stream has its request cancelled and its blocks freed; graceful shutdown.
+// Where a request must stay alive long enough to be observed, the real backend is wrapped so that
+// each step takes at least a few milliseconds longer (SlowBackend); its numbers are unchanged.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "model/synthetic.h"
+#include "ref/engine.h"
+#include "runtime/engine.h"
+#include "runtime/scheduler.h"
+#include "serve/completion_api.h"
+#include "serve/server.h"
+#include "serve/smoke.h"
+
+using namespace m3;
+using namespace m3::serve;
+using nlohmann::json;
+
+namespace {
+
+const ModelSpec& tiny_spec() {
+  static ModelSpec s = synthetic_preset("tiny");
+  return s;
+}
+const ModelWeights& tiny_weights() {
+  static ModelWeights w = synthetic_weights(tiny_spec());
+  return w;
+}
+
+class SlowBackend : public Backend {
+ public:
+  SlowBackend(std::unique_ptr<Backend> inner, double delay_s) : inner_(std::move(inner)), delay_(delay_s) {}
+  std::string name() const override { return inner_->name(); }
+  const ModelSpec& spec() const override { return inner_->spec(); }
+  int cache_block_size() const override { return inner_->cache_block_size(); }
+  int num_cache_blocks() const override { return inner_->num_cache_blocks(); }
+  StepOutput step(const StepBatch& b, SelectionTrace* t) override {
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay_));
+    return inner_->step(b, t);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  double delay_;
+};
+
+struct Live {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Server> server;
+  std::thread thread;
+  int port = 0;
+  bool stopped = false;
+
+  explicit Live(ServerOptions o = {}, double step_delay_s = 0, int blocks = 64) {
+    std::unique_ptr<Backend> b = ref::make_ref_backend(tiny_spec(), tiny_weights(), {blocks, 2});
+    if (step_delay_s > 0) b = std::make_unique<SlowBackend>(std::move(b), step_delay_s);
+    engine = std::make_unique<Engine>(std::move(b));
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.model_name = "tiny";
+    server = std::make_unique<Server>(*engine, o);
+    port = server->bind();
+    thread = std::thread([this] { server->serve(); });
+    for (int i = 0; i < 200; ++i) {
+      auto r = client().Get("/health");
+      if (r && r->status == 200) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~Live() { stop(0); }
+  void stop(double grace) {
+    if (stopped) return;
+    stopped = true;
+    server->shutdown(grace);
+    thread.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(std::chrono::seconds(60));
+    return c;
+  }
+  double metric(const std::string& name) const {
+    auto r = client().Get("/metrics");
+    return r && r->status == 200 ? metric_value(r->body, name) : NAN;
+  }
+  // Polls /metrics until `name` has `value` (or ~5 s pass).
+  bool wait_metric(const std::string& name, double value) const {
+    for (int i = 0; i < 500; ++i) {
+      if (metric(name) == value) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+};
+
+std::vector<int32_t> solo_tokens(const std::vector<int32_t>& prompt, int max_tokens) {
+  Dispatcher d(ref::make_ref_backend(tiny_spec(), tiny_weights(), {64, 2}));
+  Scheduler s(d, SchedulerOptions{});
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  std::vector<int32_t> out;
+  s.add(1, r, [&](const RequestEvent& e) { out.insert(out.end(), e.new_tokens.begin(), e.new_tokens.end()); });
+  while (s.has_work()) s.step();
+  return out;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int n) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(int32_t(rng() % 1024u));
+  return p;
+}
+
+json body(const std::vector<int32_t>& prompt, int max_tokens, bool stream = false) {
+  json j = {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+  if (stream) {
+    j["stream"] = true;
+    j["stream_options"] = {{"include_usage", true}};
+  }
+  return j;
+}
+
+// SSE body -> data payloads in order.
+std::vector<std::string> sse_data(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0, pos;
+  while ((pos = text.find("\n\n", start)) != std::string::npos) {
+    std::string ev = text.substr(start, pos - start);
+    start = pos + 2;
+    if (ev.rfind("data: ", 0) == 0) out.push_back(ev.substr(6));
+  }
+  return out;
+}
+
+void expect_error(const httplib::Result& r, int status, const std::string& code, const std::string& msg) {
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r->body;
+  ASSERT_TRUE(j.contains("error")) << r->body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  EXPECT_TRUE(j["error"].contains("param"));
+  if (!code.empty()) {
+    EXPECT_EQ(j["error"]["code"], code) << r->body;
+  }
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(msg), std::string::npos) << r->body;
+}
+
+}  // namespace
+
+TEST(ServerHttp, CompletionsWholeStreamedAndBatched) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Live live;
+  auto cli = live.client();
+  auto h = cli.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto m = cli.Get("/v1/models");
+  ASSERT_TRUE(m);
+  json mj = json::parse(m->body);
+  EXPECT_EQ(mj["data"][0]["id"], "tiny");
+  EXPECT_EQ(mj["data"][0]["vocab_size"], 1024);
+
+  auto p1 = random_prompt(rng, 1 + int(rng() % 80u)), p2 = random_prompt(rng, 1 + int(rng() % 80u));
+  auto want1 = solo_tokens(p1, 7), want2 = solo_tokens(p2, 7);
+
+  auto r = cli.Post("/v1/completions", body(p1, 7).dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["choices"][0]["token_ids"].get<std::vector<int32_t>>(), want1);
+  EXPECT_EQ(j["choices"][0]["text"], ids_text(want1));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], p1.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 7);
+  EXPECT_EQ(j["usage"]["total_tokens"], p1.size() + 7);
+
+  auto s = cli.Post("/v1/completions", body(p1, 7, true).dump(), "application/json");
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200) << s->body;
+  EXPECT_NE(s->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  auto events = sse_data(s->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::vector<int32_t> ids;
+  std::string text;
+  json finish, usage;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    if (!c["choices"].empty()) {
+      EXPECT_TRUE(finish.is_null()) << "chunk after finish_reason";
+      auto t = c["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+      ids.insert(ids.end(), t.begin(), t.end());
+      text += c["choices"][0]["text"].get<std::string>();
+      if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+    }
+    if (c.contains("usage")) usage = c["usage"];
+  }
+  EXPECT_EQ(ids, want1);
+  EXPECT_EQ(text, ids_text(want1));
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(usage["completion_tokens"], 7);
+
+  json b = body(p1, 7);
+  b["prompt"] = {p1, p2};
+  auto rb = cli.Post("/v1/completions", b.dump(), "application/json");
+  ASSERT_TRUE(rb);
+  ASSERT_EQ(rb->status, 200) << rb->body;
+  json jb = json::parse(rb->body);
+  ASSERT_EQ(jb["choices"].size(), 2u);
+  EXPECT_EQ(jb["choices"][0]["token_ids"].get<std::vector<int32_t>>(), want1);
+  EXPECT_EQ(jb["choices"][1]["token_ids"].get<std::vector<int32_t>>(), want2);
+  EXPECT_EQ(jb["usage"]["completion_tokens"], 14);
+  EXPECT_EQ(live.metric("m3_cache_blocks_used"), 0);
+}
+
+TEST(ServerHttp, BadRequestsGetJsonErrorsAndTheServerKeepsServing) {
+  ServerOptions o;
+  o.max_body_bytes = 4096;
+  Live live(o);
+  auto cli = live.client();
+  expect_error(cli.Post("/v1/completions", "{\"model\": ", "application/json"), 400, "invalid_json", "not valid JSON");
+  expect_error(cli.Post("/v1/completions", R"({"model":"tiny","prompt":"Hello"})", "application/json"), 400,
+               "no_tokenizer", "no tokenizer");
+  expect_error(cli.Post("/v1/completions", R"({"model":"nope","prompt":[1]})", "application/json"), 404,
+               "model_not_found", "does not exist");
+  expect_error(cli.Post("/v1/completions", R"({"model":"tiny","prompt":[1],"max_tokens":0})", "application/json"), 400,
+               "", "at least 1");
+  expect_error(cli.Post("/v1/completions", R"({"model":"tiny","prompt":[1,5000]})", "application/json"), 400,
+               "invalid_token_id", "outside the vocabulary");
+  json huge = {{"model", "tiny"}, {"prompt", std::vector<int>(3000, 1)}};
+  expect_error(cli.Post("/v1/completions", huge.dump(), "application/json"), 413, "body_too_large", "4096 bytes");
+  auto cli2 = live.client();  // httplib may close the connection after a 413
+  expect_error(cli2.Get("/v1/nothing"), 404, "not_found", "no route");
+  expect_error(cli2.Get("/v1/completions"), 405, "method_not_allowed", "POST");
+  expect_error(cli2.Post("/v1/chat/completions", "{}", "application/json"), 404, "not_found", "no tokenizer");
+  auto ok = cli2.Post("/v1/completions", R"({"model":"tiny","prompt":[1,2],"max_tokens":2})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  auto page = cli2.Get("/metrics");
+  ASSERT_TRUE(page);
+  EXPECT_NE(page->body.find("m3_http_responses_total{code=\"400\"} 4"), std::string::npos) << page->body;
+}
+
+TEST(ServerHttp, ApiKey) {
+  ServerOptions o;
+  o.api_key = "sekrit-123";
+  Live live(o);
+  auto cli = live.client();
+  expect_error(cli.Get("/v1/models"), 401, "invalid_api_key", "API key");
+  expect_error(cli.Get("/v1/models", {{"Authorization", "Bearer sekrit-12"}}), 401, "invalid_api_key", "API key");
+  expect_error(cli.Post("/v1/completions", {{"Authorization", "sekrit-123"}}, R"({"model":"tiny","prompt":[1]})",
+                        "application/json"),
+               401, "invalid_api_key", "API key");
+  auto ok = cli.Get("/v1/models", {{"Authorization", "Bearer sekrit-123"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  auto c = cli.Post("/v1/completions", {{"Authorization", "Bearer sekrit-123"}},
+                    R"({"model":"tiny","prompt":[1],"max_tokens":1})", "application/json");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->status, 200) << c->body;
+  auto h = cli.Get("/health");  // probes need no key
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+TEST(ServerHttp, ConcurrencyLimit) {
+  ServerOptions o;
+  o.max_concurrent_requests = 1;
+  Live live(o, 0.02);
+  std::thread first([&] {
+    auto r = live.client().Post("/v1/completions", body({1, 2, 3}, 30).dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  });
+  ASSERT_TRUE(live.wait_metric("m3_http_requests_active", 1));
+  expect_error(live.client().Post("/v1/completions", body({1}, 1).dump(), "application/json"), 429,
+               "too_many_requests", "limit 1");
+  first.join();
+  auto r = live.client().Post("/v1/completions", body({1}, 1).dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(live.metric("m3_http_rejected_busy_total"), 1);
+}
+
+TEST(ServerHttp, ClientHangingUpMidStreamCancelsAndFreesBlocks) {
+  Live live({}, 0.01);
+  auto cli = live.client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = body(std::vector<int32_t>(40, 5), 200, true).dump();
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
+  auto r = cli.send(req);
+  EXPECT_FALSE(r);  // we cancelled it
+  EXPECT_TRUE(live.wait_metric("m3_http_client_disconnects_total", 1));
+  EXPECT_TRUE(live.wait_metric("m3_requests_finished_total{reason=\"cancelled\"}", 1))
+      << "the request was not cancelled (it would take 200 steps to finish)";
+  EXPECT_TRUE(live.wait_metric("m3_cache_blocks_used", 0));
+  EXPECT_EQ(live.metric("m3_requests_running"), 0);
+  EXPECT_LT(live.metric("m3_generation_tokens_total"), 150);
+}
+
+TEST(ServerHttp, GracefulShutdownFinishesLiveRequests) {
+  Live live({}, 0.01);
+  std::atomic<int> got{0};
+  std::thread whole([&] {
+    auto r = live.client().Post("/v1/completions", body({4, 5, 6}, 30).dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 30);
+    got++;
+  });
+  std::thread streamed([&] {
+    auto r = live.client().Post("/v1/completions", body({7, 8}, 30, true).dump(), "application/json");
+    ASSERT_TRUE(r);
+    auto ev = sse_data(r->body);
+    ASSERT_FALSE(ev.empty());
+    EXPECT_EQ(ev.back(), "[DONE]");
+    EXPECT_EQ(r->body.find("error"), std::string::npos) << r->body;
+    got++;
+  });
+  ASSERT_TRUE(live.wait_metric("m3_requests_running", 2));
+  std::thread stopper([&] { live.stop(30); });
+  for (int i = 0; i < 100 && live.engine->draining() == false; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto late = live.client().Post("/v1/completions", body({1}, 1).dump(), "application/json");
+  if (late) expect_error(late, 503, "shutting_down", "shutting down");  // else: the listener already closed
+  whole.join();
+  streamed.join();
+  stopper.join();
+  EXPECT_EQ(got, 2);
+  EXPECT_EQ(live.engine->stats().cache_blocks_used, 0);
+  EXPECT_FALSE(live.client().Get("/health"));  // nothing listens any more
+}
+
+TEST(ServerHttp, ShutdownCancelsWhatOutlivesTheGrace) {
+  Live live({}, 0.02);
+  std::thread whole([&] {
+    auto r = live.client().Post("/v1/completions", body({4, 5, 6}, 200).dump(), "application/json");
+    ASSERT_TRUE(r);
+    expect_error(r, 503, "cancelled", "cancelled");
+  });
+  std::thread streamed([&] {
+    auto r = live.client().Post("/v1/completions", body({7, 8}, 200, true).dump(), "application/json");
+    ASSERT_TRUE(r);
+    auto ev = sse_data(r->body);
+    ASSERT_GE(ev.size(), 2u);
+    EXPECT_EQ(ev.back(), "[DONE]");
+    json err = json::parse(ev[ev.size() - 2]);
+    EXPECT_EQ(err["error"]["code"], "cancelled") << r->body;
+  });
+  ASSERT_TRUE(live.wait_metric("m3_requests_running", 2));
+  auto t0 = std::chrono::steady_clock::now();
+  live.stop(0.1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  whole.join();
+  streamed.join();
+  EngineStats st = live.engine->stats();
+  EXPECT_EQ(st.cache_blocks_used, 0);
+  EXPECT_EQ(st.requests_finished["cancelled"], 2u);
+}
