@@ -57,7 +57,7 @@ RunFn setup_make_tiny(CLI::App& app) {
       if (total < (uint64_t(32) << 20)) return;  // only large presets report progress
       int pct = int(100.0 * double(done) / double(total));
       if (pct / 10 != last_pct / 10 || done == total) {
-        std::fprintf(stderr, "  writing model.safetensors: %3d%% (%.0f / %.0f MB)\n", pct, double(done) / 1e6,
+        std::fprintf(stderr, "  writing tensors: %3d%% (%.0f / %.0f MB)\n", pct, double(done) / 1e6,
                      double(total) / 1e6);
         last_pct = pct;
       }
