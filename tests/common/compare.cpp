@@ -35,7 +35,8 @@ CompareResult compare(std::span<const float> got, std::span<const float> ref, do
     double d = std::fabs(g - f);
     r.max_abs_err = std::max(r.max_abs_err, d);
     r.max_abs_ref = std::max(r.max_abs_ref, std::fabs(f));
-    double score = d / (atol + rtol * std::fabs(f));
+    // exact comparisons (atol = rtol = 0) pass only equal elements: 0/0 would be NaN
+    double score = d == 0 ? 0.0 : d / (atol + rtol * std::fabs(f));
     if (!(score <= worst)) { worst = score; r.worst_index = i; r.worst_got = g; r.worst_ref = f; }
     dot += g * f; ng += g * g; nr += f * f;
   }
