@@ -1,0 +1,114 @@
+// Weight-streaming matrix-vector products for a few tokens (decode): FP8 E4M3 row-scaled, BF16
+// and F32 weights, bf16 or fp32 activations, fp32 accumulation and output.
+//   plain : y[t, n]   = s_n * sum_k W[n, k] x[t, k]            (s_n: FP8 row scale, else 1)
+//   swiglu: y[t, j]   = swiglu_oai(row 2j, row 2j+1)            (rows interleaved gate/up)
+// Layouts: W [N rows][ld_w bytes] (ld_w a multiple of 16, codes past K zero), scales [N] fp32,
+// x [M][ld_x] (rows 16-byte aligned), y [M][ld_y].
+// Work item w = rows [w*R, w*R + R) for all M tokens, handled by one block of kGemvThreads
+// threads: thread i reads 16-byte chunks i, i + 128, ... of each of the R rows (U chunks per row
+// in flight), multiplies them with the matching activations of up to MT tokens, and the block
+// sums the partial products in a fixed order (no atomics: the result is independent of timing).
+// Tokens beyond MT are done in further passes over the same rows (re-read from L2).
+#pragma once
+#include <cstdint>
+
+#include "kernels/swiglu.cuh"
+#include "kernels/weight_stream.cuh"
+
+namespace m3::kernels {
+
+constexpr int kGemvThreads = 128;
+
+struct GemvParams {
+  const uint8_t* w = nullptr;      // [N][ld_w bytes]
+  const float* w_scale = nullptr;  // [N] (FP8 only)
+  int64_t ld_w = 0;
+  const void* x = nullptr;         // [M][ld_x] bf16 or fp32
+  int64_t ld_x = 0;
+  float* y = nullptr;              // [M][ld_y]
+  int64_t ld_y = 0;
+  int N = 0, K = 0, M = 0;
+  int swiglu = 0;                  // 1: interleaved gate/up rows, N even, y has N/2 columns
+  float alpha = 1.702f, limit = 7.0f;
+};
+
+// Rows per work item and chunks in flight per row, by tokens per pass.
+template <int MT>
+struct GemvTile {
+  static constexpr int R = MT <= 4 ? 4 : 2;
+  static constexpr int U = MT <= 2 ? 4 : 2;
+};
+template <int MT>
+constexpr int gemv_smem_floats() {
+  return (kGemvThreads / 32) * MT * GemvTile<MT>::R;
+}
+inline int gemv_work_items(int N, int mt) { return (N + (mt <= 4 ? 4 : 2) - 1) / (mt <= 4 ? 4 : 2); }
+
+// One work item. All kGemvThreads threads of the block call it (it synchronizes the block).
+// smem: gemv_smem_floats<MT>() floats.
+template <WeightFmt W, ActFmt X, int MT>
+__device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid, float* smem) {
+  constexpr int R = GemvTile<MT>::R, U = GemvTile<MT>::U;
+  constexpr int E = wstream::Chunk<W>::kElems;
+  const int n0 = work * R;
+  const int nchunks = (p.K + E - 1) / E;
+  const uint8_t* wrow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) wrow[r] = p.w + int64_t(min(n0 + r, p.N - 1)) * p.ld_w;
+
+  for (int t0 = 0; t0 < p.M; t0 += MT) {
+    float acc[MT * R];
+#pragma unroll
+    for (int i = 0; i < MT * R; ++i) acc[i] = 0.f;
+    for (int c0 = tid; c0 < nchunks; c0 += kGemvThreads * U) {
+      uint4 wv[U][R];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * kGemvThreads;
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[u][r] = c < nchunks ? wstream::ld_stream(wrow[r] + int64_t(c) * 16) : uint4{};
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * kGemvThreads;
+        if (c >= nchunks) break;
+        float wf[R][E];
+#pragma unroll
+        for (int r = 0; r < R; ++r) wstream::decode_chunk<W>(wv[u][r], wf[r]);
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+          float xf[E];
+          wstream::load_act<X, E>(p.x, p.ld_x, min(t0 + t, p.M - 1), c * E, p.K, xf);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[t * R + r] = fmaf(wf[r][e], xf[e], acc[t * R + r]);
+        }
+      }
+    }
+    wstream::block_sum<MT * R, kGemvThreads>(acc, tid, smem);
+    if (!p.swiglu) {
+      if (tid < MT * R) {
+        const int t = t0 + tid / R, n = n0 + tid % R;
+        if (t < p.M && n < p.N) {
+          float v = smem[tid];
+          if constexpr (W == WeightFmt::FP8) v *= p.w_scale[n];
+          p.y[int64_t(t) * p.ld_y + n] = v;
+        }
+      }
+    } else if (tid < MT * R / 2) {
+      const int t = t0 + tid / (R / 2), j = tid % (R / 2), n = n0 + 2 * j;
+      if (t < p.M && n + 1 < p.N) {
+        float g = smem[(tid / (R / 2)) * R + 2 * j], u = smem[(tid / (R / 2)) * R + 2 * j + 1];
+        if constexpr (W == WeightFmt::FP8) {
+          g *= p.w_scale[n];
+          u *= p.w_scale[n + 1];
+        }
+        p.y[int64_t(t) * p.ld_y + n / 2] = swiglu_oai_f32(g, u, p.alpha, p.limit);
+      }
+    }
+    __syncthreads();  // smem is reused by the next pass / work item
+  }
+}
+
+}  // namespace m3::kernels

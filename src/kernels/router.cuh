@@ -1,0 +1,161 @@
+// MoE routing on the device (m3-model.md, "FFN"), after the router logits r = Wr y (fp32):
+//   select (one warp per token): s_e = sigmoid(r_e), choice_e = s_e + bias_e (both in double, as
+//     the CPU reference); top-k by choice, ties to the lower expert id, best first;
+//     w_k = s_k / sum_chosen s * routed_scale.
+//   group (one block for the whole batch): pairs i = t*K + k sorted by expert, then token (stable),
+//     as a list of active entries (experts with at least one pair, ascending, then the shared
+//     expert's entry when it is slot E of the expert tensors) — the input of moe_mxfp4.cuh.
+// Layouts: logits [M][ld], bias [E] fp32; ids [M*K] int32, weights [M*K] fp32;
+//   entry_slot [E+1], entry_begin [E+2], num_entries [1];
+//   pair_row [M*K + M]: token of each pair (shared-expert pairs M*K + t read token t);
+//   pos_of [M*K]: the pair index of (t, k);
+//   shared expert in its own tensors: sh_slot [1] = 0, sh_begin [2] = {M*K, M*K + M}, sh_num [1] = 1.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace m3::kernels {
+
+constexpr int kRouterMaxExperts = 256;  // experts per lane: 8
+constexpr int kRouterMaxTopK = 16;
+
+struct RouterSelectParams {
+  const float* logits = nullptr;  // [M][ld]
+  int64_t ld = 0;
+  const float* bias = nullptr;    // [E]
+  int E = 0, K = 0, M = 0;
+  float routed_scale = 1.f;
+  int32_t* ids = nullptr;         // [M*K]
+  float* weights = nullptr;       // [M*K]
+};
+
+// Work item = token; called by one full warp (lane 0..31).
+__device__ __forceinline__ void router_select_work(const RouterSelectParams& p, int t, int lane) {
+  constexpr int kPer = kRouterMaxExperts / 32;
+  double s[kPer], ch[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = lane + 32 * i;
+    if (e < p.E) {
+      const double r = p.logits[int64_t(t) * p.ld + e];
+      s[i] = 1.0 / (1.0 + exp(-r));
+      ch[i] = s[i] + double(p.bias[e]);
+    } else {
+      s[i] = 0;
+      ch[i] = -INFINITY;
+    }
+  }
+  double chosen_s[kRouterMaxTopK];
+  int chosen_e[kRouterMaxTopK];
+  double sum = 0;
+  for (int k = 0; k < p.K; ++k) {
+    // lane-local best (lowest id on ties: i ascending = e ascending)
+    double best = -INFINITY;
+    int be = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      if (e < p.E && (ch[i] > best || (ch[i] == best && e < be))) {
+        best = ch[i];
+        be = e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const double ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+      if (ob > best || (ob == best && oe < be)) {
+        best = ob;
+        be = oe;
+      }
+    }
+    // the owner retires the winner and broadcasts its sigmoid
+    double sw = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (lane + 32 * i == be) {
+        sw = s[i];
+        ch[i] = -INFINITY;
+      }
+    sw = __shfl_sync(0xffffffffu, sw, be & 31);
+    if (k < kRouterMaxTopK) {
+      chosen_s[k] = sw;
+      chosen_e[k] = be;
+    }
+    sum += sw;
+  }
+  if (lane == 0)
+    for (int k = 0; k < p.K; ++k) {
+      p.ids[t * p.K + k] = chosen_e[k];
+      p.weights[t * p.K + k] = float(chosen_s[k] / sum * double(p.routed_scale));
+    }
+}
+
+struct MoeGroupParams {
+  const int32_t* ids = nullptr;   // [M*K]
+  int M = 0, K = 0, E = 0;
+  int shared_slot = 0;            // 1: the shared expert is slot E (an entry after the routed ones)
+  int shared_separate = 0;        // 1: the shared expert has its own tensors (sh_* list)
+  int32_t* entry_slot = nullptr;  // [E+1]
+  int32_t* entry_begin = nullptr; // [E+2]
+  int32_t* num_entries = nullptr; // [1]
+  int32_t* pair_row = nullptr;    // [M*K + M]
+  int32_t* pos_of = nullptr;      // [M*K]
+  int32_t* sh_slot = nullptr;     // [1]
+  int32_t* sh_begin = nullptr;    // [2]
+  int32_t* sh_num = nullptr;      // [1]
+};
+
+// One block does the whole batch; smem: 2 * (E + 1) ints. Thread e counts and then places the
+// pairs of expert e, scanning the ids in order (stable). O(M*K) per thread: cheap for decode.
+__device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, int tid, int nthreads, int32_t* smem) {
+  int32_t* cnt = smem;           // [E]
+  int32_t* off = smem + p.E + 1; // [E+1]
+  const int MK = p.M * p.K;
+  for (int e = tid; e < p.E; e += nthreads) {
+    int c = 0;
+    for (int i = 0; i < MK; ++i) c += p.ids[i] == e;
+    cnt[e] = c;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int a = 0, o = 0;
+    for (int e = 0; e < p.E; ++e) {
+      off[e] = o;
+      if (cnt[e] > 0) {
+        p.entry_slot[a] = e;
+        p.entry_begin[a] = o;
+        ++a;
+      }
+      o += cnt[e];
+    }
+    off[p.E] = o;
+    if (p.shared_slot) {
+      p.entry_slot[a] = p.E;
+      p.entry_begin[a] = MK;
+      ++a;
+      o = MK + p.M;
+    }
+    p.entry_begin[a] = o;
+    *p.num_entries = a;
+    if (p.shared_separate) {
+      p.sh_slot[0] = 0;
+      p.sh_begin[0] = MK;
+      p.sh_begin[1] = MK + p.M;
+      *p.sh_num = 1;
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < p.E; e += nthreads) {
+    int pos = off[e];
+    for (int i = 0; i < MK; ++i)
+      if (p.ids[i] == e) {
+        p.pair_row[pos] = i / p.K;
+        p.pos_of[i] = pos;
+        ++pos;
+      }
+  }
+  for (int t = tid; t < p.M; t += nthreads) p.pair_row[MK + t] = t;
+}
+
+}  // namespace m3::kernels

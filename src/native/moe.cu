@@ -1,0 +1,194 @@
+// moe_forward: router GEMV, select, group, then the grouped MXFP4 expert kernels sized for the most
+// entries a batch of M tokens can have (entries past the real count exit at once), then combine.
+#include <algorithm>
+
+#include "kernels/moe_mxfp4.cuh"
+#include "native/cuda_check.h"
+#include "native/moe.h"
+#include "native/router.h"
+
+namespace m3::native {
+
+namespace {
+
+constexpr int kMoeWarpsPerBlock = 4;
+
+// warp w of block b does work item b * 4 + w
+template <int MT>
+__global__ void __launch_bounds__(32 * kMoeWarpsPerBlock) moe_gemv_kernel(kernels::MoeGemvParams p, int items) {
+  const int work = blockIdx.x * kMoeWarpsPerBlock + threadIdx.x / 32;
+  if (work < items) kernels::moe_gemv_work<kernels::ActFmt::F32, MT>(p, work, threadIdx.x & 31);
+}
+
+__global__ void __launch_bounds__(256) moe_combine_kernel(kernels::MoeCombineParams p) {
+  kernels::moe_combine_work(p, blockIdx.x, threadIdx.x, 256);
+}
+
+uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
+
+struct Plan {  // byte offsets inside the workspace
+  uint64_t logits, ids, weights, entry_slot, entry_begin, num, sh_slot, sh_begin, sh_num, pair_row, pos_of, h, y, total;
+  int pairs, imax;
+};
+
+Plan plan(const MoeWeights& w, int M) {
+  Plan p{};
+  const int MK = M * w.K;
+  p.pairs = MK + M;
+  // h rows are read with 16-byte loads: a multiple of 4 floats
+  p.imax = (std::max(w.inter(), w.shared_w2.empty() ? 0 : w.shared_w2.cols) + 3) / 4 * 4;
+  uint64_t o = 0;
+  auto take = [&](uint64_t bytes) {
+    uint64_t at = o;
+    o = align256(o + bytes);
+    return at;
+  };
+  p.logits = take(uint64_t(M) * w.E * 4);
+  p.ids = take(uint64_t(MK) * 4);
+  p.weights = take(uint64_t(MK) * 4);
+  p.entry_slot = take(uint64_t(w.E + 1) * 4);
+  p.entry_begin = take(uint64_t(w.E + 2) * 4);
+  p.num = take(4);
+  p.sh_slot = take(4);
+  p.sh_begin = take(8);
+  p.sh_num = take(4);
+  p.pair_row = take(uint64_t(p.pairs) * 4);
+  p.pos_of = take(uint64_t(MK) * 4);
+  p.h = take(uint64_t(p.pairs) * uint64_t(p.imax) * 4);
+  p.y = take(uint64_t(p.pairs) * uint64_t(w.hidden()) * 4);
+  p.total = o;
+  return p;
+}
+
+void check_experts(const Mxfp4Experts& e, int rows, int cols, const char* what) {
+  M3_CHECK(e.codes && e.scales && e.rows == rows && e.cols == cols && e.ld >= (cols + 31) / 32 * 16 &&
+               e.ld % 16 == 0 && e.sld >= (cols + 31) / 32 && reinterpret_cast<uintptr_t>(e.codes) % 16 == 0,
+           "moe: {} experts [{} x {}] (ld {}, sld {}) do not match [{} x {}]", what, e.rows, e.cols, e.ld, e.sld, rows,
+           cols);
+}
+
+void launch_moe_gemv(const kernels::MoeGemvParams& p, int entries, int max_tokens, cudaStream_t s) {
+  const int64_t items = int64_t(entries) * p.groups;
+  M3_CHECK(items < (int64_t(1) << 31), "moe: {} work items", items);
+  if (items == 0) return;
+  const unsigned grid = unsigned((items + kMoeWarpsPerBlock - 1) / kMoeWarpsPerBlock);
+  const int threads = 32 * kMoeWarpsPerBlock;
+  // tokens per pass: the most any entry can have (each token meets an expert at most once)
+  if (max_tokens <= 1) moe_gemv_kernel<1><<<grid, threads, 0, s>>>(p, int(items));
+  else if (max_tokens <= 4) moe_gemv_kernel<4><<<grid, threads, 0, s>>>(p, int(items));
+  else moe_gemv_kernel<kernels::kMoeMaxTokens><<<grid, threads, 0, s>>>(p, int(items));
+  M3_LAUNCH_CHECK(s);
+}
+
+kernels::MoeGemvParams gemv_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin,
+                                   const int32_t* num, const int32_t* pair_row, const void* x, int64_t ld_x, float* y,
+                                   int64_t ld_y, bool swiglu, const MoeWeights& w) {
+  kernels::MoeGemvParams p;
+  p.codes = e.codes;
+  p.scales = e.scales;
+  p.ld = e.ld;
+  p.sld = e.sld;
+  p.slot_codes = e.slot_codes;
+  p.slot_scales = e.slot_scales;
+  p.N = e.rows;
+  p.K = e.cols;
+  p.groups = kernels::moe_gemv_groups(e.rows);
+  p.entry_slot = slot;
+  p.entry_begin = begin;
+  p.num_entries = num;
+  p.pair_row = pair_row;
+  p.x = x;
+  p.ld_x = ld_x;
+  p.y = y;
+  p.ld_y = ld_y;
+  p.swiglu = swiglu ? 1 : 0;
+  p.alpha = w.alpha;
+  p.limit = w.limit;
+  return p;
+}
+
+}  // namespace
+
+size_t moe_workspace_bytes(const MoeWeights& w, int M) { return size_t(plan(w, M).total); }
+
+MoeWorkspace moe_workspace(const MoeWeights& w, int M, void* ws) {
+  Plan p = plan(w, M);
+  auto* b = static_cast<uint8_t*>(ws);
+  MoeWorkspace v;
+  v.logits = reinterpret_cast<float*>(b + p.logits);
+  v.ids = reinterpret_cast<int32_t*>(b + p.ids);
+  v.weights = reinterpret_cast<float*>(b + p.weights);
+  v.h = reinterpret_cast<float*>(b + p.h);
+  v.y = reinterpret_cast<float*>(b + p.y);
+  return v;
+}
+
+void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,
+                 size_t ws_bytes, cudaStream_t stream) {
+  const int H = w.hidden(), I = w.inter();
+  M3_CHECK(M > 0 && x && out && ld_x >= H && ld_x % 4 == 0 && ld_out >= H, "moe_forward: bad activations (M {}, ld {} / {}, H {})",
+           M, ld_x, ld_out, H);
+  M3_CHECK(w.E > 0 && w.K > 0 && w.K <= w.E, "moe_forward: {} experts, top {}", w.E, w.K);
+  check_experts(w.w13, 2 * I, H, "w13");
+  check_experts(w.w2, H, I, "w2");
+  M3_CHECK(w.w13.slots == w.E + (w.shared_in_slot ? 1 : 0) && w.w2.slots == w.w13.slots,
+           "moe_forward: {} expert slots for {} experts (shared in slot: {})", w.w13.slots, w.E, w.shared_in_slot);
+  const bool sep = !w.shared_w13.empty();
+  M3_CHECK(!(sep && w.shared_in_slot), "moe_forward: shared expert both in slot and separate");
+  if (sep) {
+    check_experts(w.shared_w13, 2 * w.shared_w2.cols, H, "shared w13");
+    check_experts(w.shared_w2, H, w.shared_w2.cols, "shared w2");
+  }
+  M3_CHECK(w.router.rows == w.E && w.router.cols == H && w.router_bias, "moe_forward: router [{} x {}] for {} experts",
+           w.router.rows, w.router.cols, w.E);
+  const Plan pl = plan(w, M);
+  M3_CHECK(ws && ws_bytes >= pl.total, "moe_forward: workspace of {} bytes < {}", ws_bytes, pl.total);
+  auto* b = static_cast<uint8_t*>(ws);
+  auto I32 = [&](uint64_t off) { return reinterpret_cast<int32_t*>(b + off); };
+  auto F32 = [&](uint64_t off) { return reinterpret_cast<float*>(b + off); };
+  const int MK = M * w.K;
+
+  // 1. router logits (fp32), 2. top-k, 3. grouping
+  linear_dense(w.router, ActIn{x, DType::F32, ld_x}, M, F32(pl.logits), w.E, stream, nullptr, LinearPath::Gemv);
+  router_select(F32(pl.logits), w.E, w.router_bias, w.E, w.K, M, w.routed_scale, I32(pl.ids), F32(pl.weights), stream);
+  MoeGroupBuffers gb{I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row),
+                     I32(pl.pos_of),     I32(pl.sh_slot),     I32(pl.sh_begin), I32(pl.sh_num)};
+  moe_group(I32(pl.ids), M, w.K, w.E, w.shared_in_slot, sep, gb, stream);
+
+  // 4. gate/up + SwiGLU per pair, 5. down per pair
+  const int entries = std::min(w.E, MK) + (w.shared_in_slot ? 1 : 0);
+  const int ld_h = pl.imax;
+  auto up = gemv_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), x, ld_x,
+                        F32(pl.h), ld_h, true, w);
+  launch_moe_gemv(up, entries, M, stream);
+  if (sep) {
+    auto sup = gemv_params(w.shared_w13, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), I32(pl.pair_row), x, ld_x,
+                           F32(pl.h), ld_h, true, w);
+    launch_moe_gemv(sup, 1, M, stream);
+  }
+  auto down = gemv_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, F32(pl.h), ld_h,
+                          F32(pl.y), H, false, w);
+  launch_moe_gemv(down, entries, M, stream);
+  if (sep) {
+    auto sdown = gemv_params(w.shared_w2, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), nullptr, F32(pl.h), ld_h,
+                             F32(pl.y), H, false, w);
+    launch_moe_gemv(sdown, 1, M, stream);
+  }
+
+  // 6. combine in a fixed order
+  kernels::MoeCombineParams cp;
+  cp.y = F32(pl.y);
+  cp.ld_y = H;
+  cp.pos_of = I32(pl.pos_of);
+  cp.topk_w = F32(pl.weights);
+  cp.shared_base = (w.shared_in_slot || sep) ? MK : -1;
+  cp.M = M;
+  cp.K = w.K;
+  cp.H = H;
+  cp.out = out;
+  cp.ld_out = ld_out;
+  moe_combine_kernel<<<unsigned(M), 256, 0, stream>>>(cp);
+  M3_LAUNCH_CHECK(stream);
+}
+
+}  // namespace m3::native

@@ -1,0 +1,52 @@
+// The MoE feed-forward of one layer on the device (m3-model.md, "FFN"), any number of tokens:
+//   logits = Wr y (fp32; router weight F32 or BF16)  -> top-k select -> group pairs by expert
+//   -> per active expert: h = swiglu_oai(W13 y) for its tokens -> y_p = W2 h (MXFP4)
+//   -> out[t] = shared(t) + sum_k w_k y_(t,k), summed in a fixed order (no atomics).
+// Weights are views into the prepared arena (native/prepared.h); activations fp32.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "native/linear.h"
+
+namespace m3::native {
+
+struct Mxfp4Experts {  // codes [slots][rows][ld] E2M1x2, scales [slots][rows][sld] E8M0
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t ld = 0, sld = 0;
+  int64_t slot_codes = 0, slot_scales = 0;  // bytes per slot
+  int slots = 0, rows = 0, cols = 0;
+  bool empty() const { return codes == nullptr; }
+};
+
+struct MoeWeights {
+  DenseWeight router;               // [E][H] F32 or BF16
+  const float* router_bias = nullptr;  // [E]
+  Mxfp4Experts w13, w2;             // [E (+1)][2I][H], [E (+1)][H][I]
+  bool shared_in_slot = false;      // shared expert = slot E of w13 / w2
+  Mxfp4Experts shared_w13, shared_w2;  // shared expert of its own width (slots 1), else empty
+  int E = 0, K = 0;
+  float routed_scale = 1.f, alpha = 1.702f, limit = 7.f;
+  int hidden() const { return w13.cols; }
+  int inter() const { return w2.cols; }
+};
+
+// Device views into a caller-owned workspace (moe_workspace_bytes(w, M) bytes).
+struct MoeWorkspace {
+  float* logits = nullptr;   // [M][E]
+  int32_t* ids = nullptr;    // [M*K]
+  float* weights = nullptr;  // [M*K]
+  float* h = nullptr;        // [M*K + M][I_max] SwiGLU outputs per pair
+  float* y = nullptr;        // [M*K + M][H] expert outputs per pair
+};
+size_t moe_workspace_bytes(const MoeWeights& w, int M);
+MoeWorkspace moe_workspace(const MoeWeights& w, int M, void* ws);
+
+// out[t, :] (t < M, ld_out) = FFN(x[t, :]); x fp32 [M][ld_x] (16-byte aligned rows).
+void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,
+                 size_t ws_bytes, cudaStream_t stream);
+
+}  // namespace m3::native

@@ -1,0 +1,206 @@
+// PreparedWeights: the device arena, its pinned double-buffered staging sink, the progress bar,
+// and the typed views.
+#include "native/prepared.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/weight_table.h"
+#include "native/cuda_check.h"
+
+namespace m3::native {
+
+namespace {
+
+// Two pinned windows: one is filled by the quantizer threads while the other's copy runs.
+class DeviceSink final : public ArenaSink {
+ public:
+  DeviceSink(uint8_t* dev, uint64_t dev_bytes, size_t staging) : dev_(dev), dev_bytes_(dev_bytes), half_(staging / 2) {
+    M3_CHECK(half_ >= 4096, "prepare: staging of {} bytes is too small", staging);
+    M3_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; ++i) {
+      M3_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_[i]), half_, cudaHostAllocDefault));
+      M3_CUDA_CHECK(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming));
+      M3_CUDA_CHECK(cudaEventRecord(done_[i], stream_));
+    }
+  }
+  ~DeviceSink() override {
+    cudaStreamSynchronize(stream_);
+    for (int i = 0; i < 2; ++i) {
+      cudaFreeHost(host_[i]);
+      cudaEventDestroy(done_[i]);
+    }
+    cudaStreamDestroy(stream_);
+  }
+  size_t max_chunk() const override { return half_; }
+  uint8_t* begin_chunk(uint64_t offset, size_t bytes) override {
+    M3_CHECK(bytes <= half_ && offset + bytes <= dev_bytes_, "prepare: chunk [{}, {}) outside the arena of {} bytes",
+             offset, offset + bytes, dev_bytes_);
+    M3_CUDA_CHECK(cudaEventSynchronize(done_[cur_]));  // the window's previous copy has finished
+    off_ = offset;
+    len_ = bytes;
+    return host_[cur_];
+  }
+  void end_chunk() override {
+    M3_CUDA_CHECK(cudaMemcpyAsync(dev_ + off_, host_[cur_], len_, cudaMemcpyHostToDevice, stream_));
+    M3_CUDA_CHECK(cudaEventRecord(done_[cur_], stream_));
+    cur_ ^= 1;
+  }
+  void finish() { M3_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  uint8_t* dev_;
+  uint64_t dev_bytes_;
+  size_t half_;
+  cudaStream_t stream_ = nullptr;
+  uint8_t* host_[2] = {};
+  cudaEvent_t done_[2] = {};
+  int cur_ = 0;
+  uint64_t off_ = 0;
+  size_t len_ = 0;
+};
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool on) : on_(on), t0_(std::chrono::steady_clock::now()) {}
+  void operator()(uint64_t done, uint64_t total) {
+    if (!on_ || total == 0) return;
+    const int permille = int(done * 1000 / total);
+    if (permille == last_ && done != total) return;
+    last_ = permille;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const int bar = permille * 40 / 1000;
+    std::fprintf(stderr, "\rprepare [%.*s%.*s] %5.1f%%  %.2f / %.2f GiB  %.0f s", bar,
+                 "########################################", 40 - bar, "                                        ",
+                 permille / 10.0, double(done) / (1 << 30), double(total) / (1 << 30), s);
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool on_;
+  int last_ = -1;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
+  Mxfp4Experts e;
+  if (m.codes.empty()) return e;
+  e.codes = base + m.codes.offset;
+  e.scales = base + m.scales.offset;
+  e.ld = m.codes.row_bytes;
+  e.sld = m.scales.row_bytes;
+  e.slot_codes = int64_t(m.codes.slot_bytes());
+  e.slot_scales = int64_t(m.scales.slot_bytes());
+  e.slots = m.codes.slots;
+  e.rows = int(m.codes.rows);
+  e.cols = int(m.codes.cols);
+  return e;
+}
+
+}  // namespace
+
+std::unique_ptr<PreparedWeights> PreparedWeights::create(const ModelSpec& spec, const WeightSource& src,
+                                                         const PrepareOptions& opt, const PrepareLoadOptions& lo) {
+  std::unique_ptr<PreparedWeights> pw(new PreparedWeights());
+  pw->layout_ = plan_prepared(spec, opt);
+  const uint64_t bytes = pw->layout_.total_bytes;
+  M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pw->base_), bytes));
+  {
+    DeviceSink sink(pw->base_, bytes, lo.staging_bytes);
+    ThreadPool pool(lo.threads);
+    ProgressBar bar(lo.progress);
+    fill_prepared(pw->layout_, src, sink, pool, [&](uint64_t d, uint64_t t) { bar(d, t); });
+    sink.finish();
+  }
+  if (lo.progress) std::fprintf(stderr, "prepared weights on the device:\n%s", pw->layout_.describe_bytes().c_str());
+  return pw;
+}
+
+std::unique_ptr<PreparedWeights> PreparedWeights::load(const std::filesystem::path& dir, const PrepareOptions& opt,
+                                                       const PrepareLoadOptions& lo) {
+  const ModelSpec spec = load_model_spec(dir);
+  SafetensorsSet files = SafetensorsSet::open(dir);
+  WeightTable table = build_weight_table(spec, detect_text_prefix(files));
+  WeightBinding bind = bind_weights(table, files);
+  auto src = make_weight_source(bind);
+  return create(spec, *src, opt, lo);
+}
+
+PreparedWeights::~PreparedWeights() {
+  if (base_) cudaFree(base_);
+}
+
+ArenaReader PreparedWeights::reader() const {
+  const uint8_t* base = base_;
+  const uint64_t total = layout_.total_bytes;
+  return [base, total](uint64_t off, uint64_t n, void* dst) {
+    M3_CHECK(off + n <= total, "prepared: read [{}, {}) outside {} bytes", off, off + n, total);
+    M3_CUDA_CHECK(cudaMemcpy(dst, base + off, n, cudaMemcpyDeviceToHost));
+  };
+}
+
+const PreparedLayerLayout& PreparedWeights::layer(int l) const {
+  M3_CHECK(l >= 0 && l < int(layout_.layers.size()), "prepared: layer {} out of range [0, {})", l,
+           layout_.layers.size());
+  return layout_.layers[size_t(l)];
+}
+
+Fp8Weight PreparedWeights::qkv(int l) const {
+  const auto& Y = layer(l);
+  return Fp8Weight{at(Y.qkv.codes), reinterpret_cast<const float*>(at(Y.qkv.scales)), int(Y.qkv.codes.rows),
+                   int(Y.qkv.codes.cols), Y.qkv.codes.row_bytes};
+}
+Fp8Weight PreparedWeights::o(int l) const {
+  const auto& Y = layer(l);
+  return Fp8Weight{at(Y.o.codes), reinterpret_cast<const float*>(at(Y.o.scales)), int(Y.o.codes.rows),
+                   int(Y.o.codes.cols), Y.o.codes.row_bytes};
+}
+LayerNormWeights PreparedWeights::norms(int l) const {
+  const auto& Y = layer(l);
+  auto v = [&](const PTensor& t) { return reinterpret_cast<const uint16_t*>(at(t)); };
+  return LayerNormWeights{v(Y.input_norm), v(Y.post_norm), v(Y.q_norm), v(Y.k_norm), v(Y.iq_norm), v(Y.ik_norm)};
+}
+static DenseWeight dense_view(const uint8_t* p, const PTensor& t) {
+  return DenseWeight{p, t.dtype, int(t.rows), int(t.cols), t.row_bytes};
+}
+DenseWeight PreparedWeights::dense_gate_up(int l) const {
+  const auto& Y = layer(l);
+  M3_CHECK(!Y.moe, "prepared: layer {} has no dense MLP", l);
+  return dense_view(at(Y.dense_gate_up), Y.dense_gate_up);
+}
+DenseWeight PreparedWeights::dense_down(int l) const {
+  const auto& Y = layer(l);
+  M3_CHECK(!Y.moe, "prepared: layer {} has no dense MLP", l);
+  return dense_view(at(Y.dense_down), Y.dense_down);
+}
+MoeWeights PreparedWeights::moe(int l) const {
+  const auto& Y = layer(l);
+  M3_CHECK(Y.moe, "prepared: layer {} is not a MoE layer", l);
+  const ModelSpec& s = layout_.spec;
+  MoeWeights w;
+  w.router = dense_view(at(Y.router), Y.router);
+  w.router_bias = reinterpret_cast<const float*>(at(Y.router_bias));
+  w.w13 = experts_view(base_, Y.w13);
+  w.w2 = experts_view(base_, Y.w2);
+  w.shared_in_slot = Y.shared_in_slot;
+  w.shared_w13 = experts_view(base_, Y.shared_w13);
+  w.shared_w2 = experts_view(base_, Y.shared_w2);
+  w.E = s.num_experts;
+  w.K = s.top_k;
+  w.routed_scale = s.routed_scale;
+  w.alpha = s.swiglu_alpha;
+  w.limit = s.swiglu_limit;
+  return w;
+}
+DenseWeight PreparedWeights::embed() const { return dense_view(at(layout_.embed), layout_.embed); }
+DenseWeight PreparedWeights::lm_head() const { return dense_view(at(layout_.lm_head), layout_.lm_head); }
+const uint16_t* PreparedWeights::final_norm() const {
+  return reinterpret_cast<const uint16_t*>(at(layout_.final_norm));
+}
+
+}  // namespace m3::native

@@ -1,0 +1,69 @@
+// The prepared weights on the device: ONE cudaMalloc holds every tensor of this rank at the offsets
+// of its PreparedLayout (model/prepare.h), filled from a weight source through a small pinned
+// staging window (no second full host copy), with typed views for the kernels. Both the native
+// and the mono path read these tensors; nothing else allocates weight memory.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "model/prepare.h"
+#include "native/linear.h"
+#include "native/moe.h"
+
+namespace m3::native {
+
+struct PrepareLoadOptions {
+  bool progress = true;                 // progress bar and per-family byte table on stderr
+  size_t staging_bytes = size_t(64) << 20;  // two windows of half this size
+  int threads = 0;                      // quantization threads (0: all cores)
+};
+
+struct LayerNormWeights {  // BF16 vectors (iq / ik: sparse layers only, else null)
+  const uint16_t* input = nullptr;
+  const uint16_t* post = nullptr;
+  const uint16_t* q = nullptr;
+  const uint16_t* k = nullptr;
+  const uint16_t* iq = nullptr;
+  const uint16_t* ik = nullptr;
+};
+
+class PreparedWeights {
+ public:
+  // Plans, allocates (one cudaMalloc on the current device) and fills from `src`.
+  static std::unique_ptr<PreparedWeights> create(const ModelSpec& spec, const WeightSource& src,
+                                                 const PrepareOptions& opt = {}, const PrepareLoadOptions& lo = {});
+  // From a checkpoint directory (config.json + safetensors, through the weight table).
+  static std::unique_ptr<PreparedWeights> load(const std::filesystem::path& model_dir, const PrepareOptions& opt = {},
+                                               const PrepareLoadOptions& lo = {});
+  ~PreparedWeights();
+  PreparedWeights(const PreparedWeights&) = delete;
+  PreparedWeights& operator=(const PreparedWeights&) = delete;
+
+  const PreparedLayout& layout() const { return layout_; }
+  const ModelSpec& spec() const { return layout_.spec; }
+  const uint8_t* device_base() const { return base_; }
+  uint64_t device_bytes() const { return layout_.total_bytes; }
+  ArenaReader reader() const;  // device-to-host copies
+
+  // views
+  Fp8Weight qkv(int layer) const;
+  Fp8Weight o(int layer) const;
+  LayerNormWeights norms(int layer) const;
+  DenseWeight dense_gate_up(int layer) const;
+  DenseWeight dense_down(int layer) const;
+  MoeWeights moe(int layer) const;
+  DenseWeight embed() const;
+  DenseWeight lm_head() const;  // this rank's vocab rows [layout().vocab_row0, + vocab_rows)
+  const uint16_t* final_norm() const;
+
+ private:
+  PreparedWeights() = default;
+  const uint8_t* at(const PTensor& t) const { return t.empty() ? nullptr : base_ + t.offset; }
+  const PreparedLayerLayout& layer(int l) const;
+  PreparedLayout layout_;
+  uint8_t* base_ = nullptr;
+};
+
+}  // namespace m3::native

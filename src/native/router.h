@@ -1,0 +1,31 @@
+// MoE routing launchers (kernels/router.cuh): top-k selection from router logits, and the grouping
+// of (token, choice) pairs by expert into the entry lists the expert kernels read. The router
+// logits themselves are a linear_dense over the router weight (native/linear.h).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace m3::native {
+
+// ids / weights [M*K]: the K experts of each token, best first, and their combine weights
+// (sigmoid renormalized over the chosen ones, times routed_scale). E <= 256, K <= 16.
+void router_select(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
+                   int32_t* ids, float* weights, cudaStream_t stream);
+
+struct MoeGroupBuffers {   // device arrays (see kernels/router.cuh for their contents)
+  int32_t* entry_slot = nullptr;   // [E+1]
+  int32_t* entry_begin = nullptr;  // [E+2]
+  int32_t* num_entries = nullptr;  // [1]
+  int32_t* pair_row = nullptr;     // [M*K + M]
+  int32_t* pos_of = nullptr;       // [M*K]
+  int32_t* sh_slot = nullptr;      // [1]   (shared expert in its own tensors)
+  int32_t* sh_begin = nullptr;     // [2]
+  int32_t* sh_num = nullptr;       // [1]
+};
+// shared_slot: the shared expert is slot E (gets an entry after the routed ones);
+// shared_separate: it has its own tensors (gets the sh_* list).
+void moe_group(const int32_t* ids, int M, int K, int E, bool shared_slot, bool shared_separate,
+               const MoeGroupBuffers& out, cudaStream_t stream);
+
+}  // namespace m3::native

@@ -1,0 +1,287 @@
+// The MXFP4 MoE layer on the GPU (native/moe.h) against ref::moe_forward on the same dequantized
+// expert weights: real shapes (128 experts of 3072 x 6144, top 4, shared expert in slot 128; and
+// the TP-4 width 768), weights generated on the device; odd shapes (333 hidden, 257 wide, 9
+// experts, top 3) built with the host quantizer, with the shared expert in its slot or of its own
+// width. Outputs poisoned first, every element checked; routing compared token by token; the
+// result must be bitwise the same on a second run (no atomics).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "core/parallel.h"
+#include "model/quantize.h"
+#include "native/moe.h"
+#include "ref/linear.h"
+#include "ref/moe.h"
+#include "test_gemv_util.h"
+
+using namespace m3;
+using namespace m3::test;
+
+namespace {
+
+ThreadPool& pool() {
+  static ThreadPool p(0);
+  return p;
+}
+
+struct ExpertStore {  // device tensors of one projection, all slots
+  int slots = 0, rows = 0, cols = 0;
+  int64_t ld = 0, sld = 0;
+  DevBuf<uint8_t> codes, scales;
+  native::Mxfp4Experts view() const {
+    native::Mxfp4Experts e;
+    e.codes = codes.p;
+    e.scales = scales.p;
+    e.ld = ld;
+    e.sld = sld;
+    e.slot_codes = int64_t(rows) * ld;
+    e.slot_scales = int64_t(rows) * sld;
+    e.slots = slots;
+    e.rows = rows;
+    e.cols = cols;
+    return e;
+  }
+  void alloc(int s, int r, int c) {
+    slots = s;
+    rows = r;
+    cols = c;
+    ld = mxfp4_row_bytes(c);
+    sld = mxfp4_row_blocks(c);
+    codes = DevBuf<uint8_t>(size_t(s) * r * ld);
+    scales = DevBuf<uint8_t>(size_t(s) * r * sld);
+  }
+  // slot -> fp32 [rows][cols] (device bytes dequantized on the host)
+  Mat dequant(int slot) const {
+    std::vector<uint8_t> c(size_t(rows) * ld), s(size_t(rows) * sld);
+    M3_CUDA_CHECK(cudaMemcpy(c.data(), codes.p + size_t(slot) * rows * ld, c.size(), cudaMemcpyDeviceToHost));
+    M3_CUDA_CHECK(cudaMemcpy(s.data(), scales.p + size_t(slot) * rows * sld, s.size(), cudaMemcpyDeviceToHost));
+    Mat m(rows, cols);
+    pool().parallel_for(rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        dequantize_mxfp4_row(c.data() + r * ld, s.data() + r * sld, cols, m.row(int(r)));
+    });
+    return m;
+  }
+};
+
+MlpWeights expert_weights(const ExpertStore& w13, const ExpertStore& w2, int slot) {
+  Mat gu = w13.dequant(slot);
+  MlpWeights m;
+  const int I = gu.rows / 2;
+  m.gate = Mat(I, gu.cols);
+  m.up = Mat(I, gu.cols);
+  for (int j = 0; j < I; ++j) {
+    std::memcpy(m.gate.row(j), gu.row(2 * j), size_t(gu.cols) * 4);
+    std::memcpy(m.up.row(j), gu.row(2 * j + 1), size_t(gu.cols) * 4);
+  }
+  m.down = w2.dequant(slot);
+  return m;
+}
+
+// Host-quantized slots: slot s of w13 from interleaved gate/up of `mlps[s]`, w2 from its down.
+void upload_experts(const std::vector<MlpWeights>& mlps, ExpertStore& w13, ExpertStore& w2) {
+  const int S = int(mlps.size()), I = mlps[0].gate.rows, H = mlps[0].gate.cols;
+  w13.alloc(S, 2 * I, H);
+  w2.alloc(S, H, I);
+  std::vector<uint8_t> c13, s13, c2, s2;
+  for (const auto& m : mlps) {
+    Mat gu(2 * I, H);
+    for (int j = 0; j < I; ++j) {
+      std::memcpy(gu.row(2 * j), m.gate.row(j), size_t(H) * 4);
+      std::memcpy(gu.row(2 * j + 1), m.up.row(j), size_t(H) * 4);
+    }
+    auto q = quantize_mxfp4(gu);
+    c13.insert(c13.end(), q.codes.begin(), q.codes.end());
+    s13.insert(s13.end(), q.scales.begin(), q.scales.end());
+    auto d = quantize_mxfp4(m.down);
+    c2.insert(c2.end(), d.codes.begin(), d.codes.end());
+    s2.insert(s2.end(), d.scales.begin(), d.scales.end());
+  }
+  w13.codes.upload(c13);
+  w13.scales.upload(s13);
+  w2.codes.upload(c2);
+  w2.scales.upload(s2);
+}
+
+struct MoeCase {
+  std::string name;
+  int E, K, H, I, S;      // S: shared width (0 none; == I: in slot)
+  bool host_weights;      // false: random codes generated on the device (real shapes)
+  std::vector<int> Ms;
+};
+
+void run_case(const MoeCase& c) {
+  const uint32_t seed = gpu_test_seed() ^ uint32_t(c.H * 131 + c.I);
+  SCOPED_TRACE(c.name + " seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  const bool in_slot = c.S > 0 && c.S == c.I, separate = c.S > 0 && c.S != c.I;
+  const int slots = c.E + (in_slot ? 1 : 0);
+
+  ExpertStore w13, w2, sw13, sw2;
+  if (c.host_weights) {
+    std::vector<MlpWeights> mlps(static_cast<size_t>(slots));
+    auto rnd = [&](int r, int k, float s) {
+      Mat m(r, k);
+      for (auto& v : m.data) v = nd(rng) * s;
+      return m;
+    };
+    for (auto& m : mlps) {
+      m.gate = rnd(c.I, c.H, 0.05f);
+      m.up = rnd(c.I, c.H, 0.05f);
+      m.down = rnd(c.H, c.I, 0.05f);
+    }
+    upload_experts(mlps, w13, w2);
+    if (separate) {
+      std::vector<MlpWeights> sh(1);
+      sh[0].gate = rnd(c.S, c.H, 0.05f);
+      sh[0].up = rnd(c.S, c.H, 0.05f);
+      sh[0].down = rnd(c.H, c.S, 0.05f);
+      upload_experts(sh, sw13, sw2);
+    }
+  } else {
+    w13.alloc(slots, 2 * c.I, c.H);
+    w2.alloc(slots, c.H, c.I);
+    // codes uniform over all E2M1 values; block scales 2^-8..2^-6 so sums over thousands of
+    // inputs stay O(1) and SwiGLU sees both its clamp and its smooth part
+    fill_random_device(w13.codes.p, w13.codes.n, seed + 1, FillKind::Bytes);
+    fill_random_device(w13.scales.p, w13.scales.n, seed + 2, FillKind::E8M0Range, 119, 121);
+    fill_random_device(w2.codes.p, w2.codes.n, seed + 3, FillKind::Bytes);
+    fill_random_device(w2.scales.p, w2.scales.n, seed + 4, FillKind::E8M0Range, 119, 121);
+  }
+  // router fp32 [E][H] (rows padded to 16 bytes) and bias
+  const int64_t rld = (int64_t(c.H) * 4 + 15) / 16 * 16;
+  Mat router(c.E, c.H);
+  for (auto& v : router.data) v = nd(rng) * 0.02f;
+  std::vector<uint8_t> rbytes(size_t(c.E) * rld, 0);
+  for (int e = 0; e < c.E; ++e) std::memcpy(&rbytes[size_t(e) * rld], router.row(e), size_t(c.H) * 4);
+  DevBuf<uint8_t> rdev(rbytes.size());
+  rdev.upload(rbytes);
+  std::vector<float> bias(size_t(c.E));
+  for (auto& b : bias) b = nd(rng) * 0.05f;
+  DevBuf<float> bdev(bias.size());
+  bdev.upload(bias);
+
+  native::MoeWeights w;
+  w.router = native::DenseWeight{rdev.p, DType::F32, c.E, c.H, rld};
+  w.router_bias = bdev.p;
+  w.w13 = w13.view();
+  w.w2 = w2.view();
+  w.shared_in_slot = in_slot;
+  if (separate) {
+    w.shared_w13 = sw13.view();
+    w.shared_w2 = sw2.view();
+  }
+  w.E = c.E;
+  w.K = c.K;
+  w.routed_scale = 2.0f;
+
+  ModelSpec spec;
+  spec.hidden = c.H;
+  spec.num_experts = c.E;
+  spec.top_k = c.K;
+  spec.routed_scale = 2.0f;
+  spec.swiglu_alpha = w.alpha;
+  spec.swiglu_limit = w.limit;
+  LayerWeights lw;
+  lw.router = router;
+  lw.router_bias = bias;
+  lw.experts.resize(size_t(c.E));
+  if (in_slot) lw.shared = expert_weights(w13, w2, c.E);
+  if (separate) lw.shared = expert_weights(sw13, sw2, 0);
+  std::set<int> have;
+
+  for (int M : c.Ms) {
+    const int64_t ldx = (c.H + 3) / 4 * 4, ldo = c.H + 5;
+    std::vector<float> x = random_acts(rng, M, c.H, ldx);
+    std::vector<float> xc(size_t(M) * c.H);
+    for (int t = 0; t < M; ++t) std::memcpy(&xc[size_t(t) * c.H], &x[size_t(t) * ldx], size_t(c.H) * 4);
+    // CPU routing, and the tokens whose k-th and (k+1)-th choices are too close to call
+    std::vector<float> logits(size_t(M) * c.E);
+    ref::linear(router, xc.data(), c.H, M, logits.data(), c.E, pool());
+    std::vector<ref::Route> routes;
+    std::vector<bool> near_tie(size_t(M), false);
+    for (int t = 0; t < M; ++t) {
+      routes.push_back(ref::route_token(&logits[size_t(t) * c.E], bias.data(), c.E, c.K, 2.0f));
+      if (c.K < c.E) {
+        std::vector<double> ch(size_t(c.E));
+        for (int e = 0; e < c.E; ++e) ch[size_t(e)] = 1.0 / (1.0 + std::exp(-double(logits[size_t(t) * c.E + e]))) + bias[size_t(e)];
+        std::sort(ch.rbegin(), ch.rend());
+        // fp32 logits differ from the reference's by ~1e-6 relative: closer choices may swap
+        near_tie[size_t(t)] = ch[size_t(c.K - 1)] - ch[size_t(c.K)] < 1e-5;
+      }
+      for (int e : routes.back().experts)
+        if (!have.count(e)) {
+          lw.experts[size_t(e)] = expert_weights(w13, w2, e);
+          have.insert(e);
+        }
+    }
+    std::vector<float> ref(size_t(M) * c.H);
+    ref::moe_forward(spec, lw, xc.data(), M, ref.data(), pool());
+
+    DevBuf<float> xd(x.size());
+    xd.upload(x);
+    const size_t wsb = native::moe_workspace_bytes(w, M);
+    DevBuf<uint8_t> ws(wsb);
+    M3_CUDA_CHECK(cudaMemset(ws.p, 0xff, wsb));  // poison the workspace too
+    DevBuf<float> out(size_t(M) * ldo), out2(size_t(M) * ldo);
+    out.poison();
+    out2.poison();
+    native::moe_forward(w, xd.p, ldx, M, out.p, ldo, ws.p, wsb, nullptr);
+    M3_CUDA_CHECK(cudaDeviceSynchronize());
+    auto view = native::moe_workspace(w, M, ws.p);
+    std::vector<int32_t> gids(size_t(M) * c.K);
+    std::vector<float> gw(gids.size());
+    M3_CUDA_CHECK(cudaMemcpy(gids.data(), view.ids, gids.size() * 4, cudaMemcpyDeviceToHost));
+    M3_CUDA_CHECK(cudaMemcpy(gw.data(), view.weights, gw.size() * 4, cudaMemcpyDeviceToHost));
+    native::moe_forward(w, xd.p, ldx, M, out2.p, ldo, ws.p, wsb, nullptr);
+    auto got = out.download(), got2 = out2.download();
+    EXPECT_EQ(std::memcmp(got.data(), got2.data(), got.size() * 4), 0) << "two runs differ";
+
+    int ties = 0;
+    std::vector<float> g_cmp, r_cmp;
+    for (int t = 0; t < M; ++t) {
+      if (near_tie[size_t(t)]) {
+        ++ties;
+        continue;
+      }
+      for (int k = 0; k < c.K; ++k) {
+        EXPECT_EQ(gids[size_t(t) * c.K + k], routes[size_t(t)].experts[size_t(k)]) << "token " << t << " choice " << k;
+        EXPECT_NEAR(gw[size_t(t) * c.K + k], routes[size_t(t)].weights[size_t(k)],
+                    1e-5 * std::fabs(routes[size_t(t)].weights[size_t(k)]))
+            << "token " << t << " choice " << k;
+      }
+      g_cmp.insert(g_cmp.end(), got.begin() + int64_t(t) * ldo, got.begin() + int64_t(t) * ldo + c.H);
+      r_cmp.insert(r_cmp.end(), ref.begin() + int64_t(t) * c.H, ref.begin() + int64_t(t + 1) * c.H);
+    }
+    EXPECT_LE(ties, std::max(1, M / 8)) << "too many near-ties to be chance";
+    double mref = 0;
+    for (float v : r_cmp) mref = std::max(mref, double(std::fabs(v)));
+    // fp32 sums of ~H and ~I products (relative error ~1e-6 of the terms) against double; any
+    // wrong expert, row, weight or scale is an O(1) error
+    const int n = int(g_cmp.size() / size_t(c.H));
+    expect_close_rows(g_cmp, c.H, r_cmp, n, c.H, 1e-4 * mref, 1e-4,
+                      c.name + " M=" + std::to_string(M) + " (" + std::to_string(ties) + " near-tie tokens skipped)");
+  }
+}
+
+}  // namespace
+
+TEST(GpuMoe, OddShapesSharedInSlot) {
+  run_case({"odd E9 k3 H333 I257 shared-in-slot", 9, 3, 333, 257, 257, true, {1, 2, 3, 7, 16, 64}});
+}
+TEST(GpuMoe, OddShapesSharedOwnWidth) {
+  run_case({"odd E9 k3 H333 I257 shared 130", 9, 3, 333, 257, 130, true, {1, 4, 20}});
+  run_case({"odd E5 k2 H64 I32 no shared", 5, 2, 64, 32, 0, true, {1, 3}});
+}
+TEST(GpuMoe, RealShapeTp1) {
+  run_case({"real E128 k4 H6144 I3072", 128, 4, 6144, 3072, 3072, false, {1, 3}});
+}
+TEST(GpuMoe, RealShapeTp4) {
+  run_case({"real tp4 E128 k4 H6144 I768", 128, 4, 6144, 768, 768, false, {4, 16}});
+}

@@ -1,0 +1,86 @@
+// Gemma RMS norm with the fused residual add on the GPU (native/norm.h) against ref::gemma_rms_norm
+// (double) on the same inputs: hidden 6144 and odd widths, with and without a residual, in place
+// (residual_out aliasing the residual), fp32 and bf16 outputs. Outputs poisoned first.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "native/norm.h"
+#include "ref/norm.h"
+#include "test_gemv_util.h"
+
+using namespace m3;
+using namespace m3::test;
+
+TEST(GpuNorm, RmsNormWithResidual) {
+  const uint32_t seed = gpu_test_seed() + 21;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  struct C {
+    int n, M;
+  };
+  for (const C& c : {C{6144, 1}, C{6144, 5}, C{6144, 64}, C{333, 7}, C{128, 3}, C{1, 2}}) {
+    for (int mode = 0; mode < 3; ++mode) {  // 0: no residual, 1: residual -> residual_out, 2: in place
+      const int64_t ld = c.n + 4;
+      std::vector<float> x(size_t(c.M) * ld), res(x.size());
+      for (auto& v : x) v = nd(rng) * 3.f;
+      for (auto& v : res) v = nd(rng);
+      std::vector<uint16_t> w(size_t(c.n));
+      std::vector<float> wf(size_t(c.n));
+      for (int i = 0; i < c.n; ++i) {
+        w[size_t(i)] = f32_to_bf16(nd(rng) * 0.2f);
+        wf[size_t(i)] = bf16_to_f32(w[size_t(i)]);
+      }
+      DevBuf<float> dx(x.size()), dr(res.size()), dro(res.size()), dy(x.size());
+      DevBuf<uint16_t> dw(w.size()), dyb(x.size());
+      dx.upload(x);
+      dr.upload(res);
+      M3_CUDA_CHECK(cudaMemcpy(dw.p, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+      dy.poison();
+      dro.poison();
+      M3_CUDA_CHECK(cudaMemset(dyb.p, 0xff, dyb.n * 2));
+      native::RmsNormArgs a;
+      a.x = dx.p;
+      a.ld_x = ld;
+      if (mode > 0) {
+        a.residual = dr.p;
+        a.ld_res = ld;
+        a.residual_out = mode == 2 ? dr.p : dro.p;
+        a.ld_res_out = ld;
+      }
+      a.w = dw.p;
+      a.y = dy.p;
+      a.ld_y = ld;
+      a.y_bf16 = dyb.p;
+      a.ld_yb = ld;
+      a.n = c.n;
+      a.M = c.M;
+      a.eps = 1e-6f;
+      native::rms_norm(a, nullptr);
+      M3_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<float> ref(size_t(c.M) * c.n), rsum(ref.size());
+      for (int t = 0; t < c.M; ++t) {
+        for (int i = 0; i < c.n; ++i)
+          rsum[size_t(t) * c.n + i] = x[size_t(t) * ld + i] + (mode > 0 ? res[size_t(t) * ld + i] : 0.f);
+        ref::gemma_rms_norm(&rsum[size_t(t) * c.n], wf.data(), c.n, 1e-6f, &ref[size_t(t) * c.n]);
+      }
+      const std::string what = "rmsnorm n=" + std::to_string(c.n) + " M=" + std::to_string(c.M) + " mode " +
+                               std::to_string(mode);
+      // fp32 sum of squares: per-thread chains of n/256 terms + an 8-way tree; the relative error
+      // of 1/rms is about half of that of the sum, and the output adds a few roundings
+      const double rtol = (double(c.n) / 256 + 24) * 0x1p-24;
+      expect_close_rows(dy.download(), ld, ref, c.M, c.n, 1e-30, rtol, what + " fp32");
+      auto yb = dyb.download();
+      std::vector<float> ybf(yb.size());
+      for (size_t i = 0; i < yb.size(); ++i) ybf[i] = bf16_to_f32(yb[i]);
+      // bf16 output: the rounding of a value within rtol of the reference: one bf16 ulp (2^-8 rel)
+      expect_close_rows(ybf, ld, ref, c.M, c.n, 1e-30, 0x1p-8, what + " bf16");
+      if (mode > 0) {
+        auto ro = (mode == 2 ? dr : dro).download();
+        // the same fp32 addition on both sides: equal bits (atol 1e-30 only avoids 0/0 in the ratio)
+        expect_close_rows(ro, ld, rsum, c.M, c.n, 1e-30, 0, what + " residual out (exact)");
+      }
+    }
+  }
+}

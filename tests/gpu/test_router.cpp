@@ -1,0 +1,134 @@
+// MoE routing on the GPU (native/router.h): top-k selection equals ref::route_token on the same
+// fp32 logits (ties to the lower expert id, the bias only choosing), and the grouping of pairs by
+// expert is a stable sort whose entry lists, pair rows and inverse positions agree.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "native/router.h"
+#include "ref/moe.h"
+#include "test_gemv_util.h"
+
+using namespace m3;
+using namespace m3::test;
+
+TEST(GpuRouter, SelectMatchesReference) {
+  const uint32_t seed = gpu_test_seed() + 11;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  struct C {
+    int E, K, M;
+  };
+  for (const C& c : {C{128, 4, 37}, C{256, 8, 5}, C{9, 3, 64}, C{1, 1, 3}, C{33, 16, 4}}) {
+    const int64_t ld = c.E + 3;
+    std::vector<float> logits(size_t(c.M) * ld, 0.f), bias(size_t(c.E));
+    for (auto& v : logits) v = nd(rng) * 2.f;
+    for (auto& b : bias) b = nd(rng) * 0.05f;
+    // planted ties: token 0 all equal (choices 0..K-1), token 1 two experts with equal choice
+    for (int e = 0; e < c.E; ++e) logits[size_t(e)] = 0.5f;
+    std::vector<float> bias0 = bias;
+    if (c.M > 1 && c.E > 5) {
+      logits[size_t(ld) + 5] = logits[size_t(ld) + 3] = 9.f;
+    }
+    DevBuf<float> dl(logits.size()), db(bias.size()), dw(size_t(c.M) * c.K);
+    DevBuf<int32_t> di(size_t(c.M) * c.K);
+    dl.upload(logits);
+    // token 0's ties need equal choices: equal logits and equal bias
+    std::vector<float> b_eq = bias;
+    std::fill(b_eq.begin(), b_eq.end(), 0.01f);
+    for (int pass = 0; pass < 2; ++pass) {
+      const std::vector<float>& bb = pass == 0 ? b_eq : bias0;
+      db.upload(bb);
+      dw.poison();
+      M3_CUDA_CHECK(cudaMemset(di.p, 0xff, di.n * 4));
+      native::router_select(dl.p, ld, db.p, c.E, c.K, c.M, 2.0f, di.p, dw.p, nullptr);
+      M3_CUDA_CHECK(cudaDeviceSynchronize());
+      auto ids = di.download();
+      auto w = dw.download();
+      for (int t = 0; t < c.M; ++t) {
+        ref::Route r = ref::route_token(&logits[size_t(t) * ld], bb.data(), c.E, c.K, 2.0f);
+        for (int k = 0; k < c.K; ++k) {
+          ASSERT_EQ(ids[size_t(t) * c.K + k], r.experts[size_t(k)])
+              << "E " << c.E << " K " << c.K << " token " << t << " choice " << k << " pass " << pass;
+          // both compute in double from the same fp32 logits; exp() may differ in the last bit
+          ASSERT_NEAR(w[size_t(t) * c.K + k], r.weights[size_t(k)], 2e-7 * std::fabs(r.weights[size_t(k)]) + 1e-30)
+              << "token " << t << " choice " << k;
+        }
+      }
+      if (pass == 0) {
+        for (int k = 0; k < c.K; ++k) {
+          EXPECT_EQ(ids[size_t(k)], k) << "all-equal token: lower ids first";
+        }
+      }
+      if (pass == 0 && c.M > 1 && c.E > 5) {
+        EXPECT_EQ(ids[size_t(c.K)], 3) << "tie between experts 3 and 5 goes to 3";
+        if (c.K > 1) {
+          EXPECT_EQ(ids[size_t(c.K) + 1], 5);
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuRouter, GroupIsAStableSortByExpert) {
+  const uint32_t seed = gpu_test_seed() + 12;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  struct C {
+    int E, K, M;
+    bool slot, sep;
+  };
+  for (const C& c : {C{128, 4, 1, true, false}, C{128, 4, 300, true, false}, C{9, 3, 50, false, true},
+                     C{16, 2, 7, false, false}}) {
+    const int MK = c.M * c.K;
+    std::vector<int32_t> ids(static_cast<size_t>(MK));
+    for (int t = 0; t < c.M; ++t) {  // K distinct experts per token, skewed toward low ids
+      std::vector<int> all(size_t(c.E));
+      for (int e = 0; e < c.E; ++e) all[size_t(e)] = e;
+      std::shuffle(all.begin(), all.begin() + std::min(c.E, 3 * c.K), rng);
+      for (int k = 0; k < c.K; ++k) ids[size_t(t) * c.K + k] = all[size_t(k)];
+    }
+    DevBuf<int32_t> di(ids.size()), es(size_t(c.E) + 1), eb(size_t(c.E) + 2), ne(1), pr(size_t(MK + c.M)),
+        po(static_cast<size_t>(MK)), ss(1), sb(2), sn(1);
+    di.upload(ids);
+    for (auto* b : {&es, &eb, &ne, &pr, &po, &ss, &sb, &sn}) M3_CUDA_CHECK(cudaMemset(b->p, 0xff, b->n * 4));
+    native::MoeGroupBuffers gb{es.p, eb.p, ne.p, pr.p, po.p, ss.p, sb.p, sn.p};
+    native::moe_group(di.p, c.M, c.K, c.E, c.slot, c.sep, gb, nullptr);
+    M3_CUDA_CHECK(cudaDeviceSynchronize());
+    auto slot = es.download(), begin = eb.download(), num = ne.download(), row = pr.download(), pos = po.download();
+    // expected: stable sort of pair indices by expert
+    std::vector<int> order(static_cast<size_t>(MK));
+    for (int i = 0; i < MK; ++i) order[size_t(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ids[size_t(a)] < ids[size_t(b)]; });
+    for (int p = 0; p < MK; ++p) {
+      ASSERT_EQ(row[size_t(p)], order[size_t(p)] / c.K) << "pair " << p;
+      ASSERT_EQ(pos[size_t(order[size_t(p)])], p) << "pos_of " << order[size_t(p)];
+    }
+    std::set<int> distinct(ids.begin(), ids.end());
+    const int want = int(distinct.size()) + (c.slot ? 1 : 0);
+    ASSERT_EQ(num[0], want);
+    int a = 0;
+    for (int e : distinct) {
+      EXPECT_EQ(slot[size_t(a)], e);
+      EXPECT_EQ(ids[size_t(order[size_t(begin[size_t(a)])])], e);
+      EXPECT_EQ(begin[size_t(a) + 1] - begin[size_t(a)], std::count(ids.begin(), ids.end(), e));
+      ++a;
+    }
+    if (c.slot) {
+      EXPECT_EQ(slot[size_t(a)], c.E);
+      EXPECT_EQ(begin[size_t(a)], MK);
+      EXPECT_EQ(begin[size_t(a) + 1], MK + c.M);
+    }
+    for (int t = 0; t < c.M; ++t) EXPECT_EQ(row[size_t(MK + t)], t);
+    if (c.sep) {
+      auto s0 = ss.download(), s1 = sb.download(), s2 = sn.download();
+      EXPECT_EQ(s0[0], 0);
+      EXPECT_EQ(s1[0], MK);
+      EXPECT_EQ(s1[1], MK + c.M);
+      EXPECT_EQ(s2[0], 1);
+    }
+  }
+}
