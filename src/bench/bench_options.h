@@ -1,0 +1,36 @@
+// The options of `m3mono bench` (cli/cmd_bench.cpp parses them) and the model spec they select.
+// Both the CPU smoke mode (bench/cpu_bench.h) and the CUDA harness (bench/cuda_bench.h) read them.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/spec.h"
+
+namespace m3::bench {
+
+struct BenchOptions {
+  std::string device = "cuda";          // "cuda" | "cpu"
+  std::string preset;                   // synthetic preset name ("" = "real" on cuda, "tiny" on cpu)
+  std::string config;                   // or a config.json / checkpoint directory (shape only)
+  int layers = 0;                       // 0 = every layer; else the last N layers of the plan
+  int tp_shard = 1;                     // one rank's shapes of K ranks
+  std::vector<int64_t> batches{1};
+  std::vector<int64_t> contexts{8192};
+  std::vector<int64_t> prefills;
+  std::vector<std::string> paths;       // empty = the device's default paths
+  int steps = 100, warmup = 10;
+  bool kv_bf16 = false, ik_bf16 = false, router_bf16 = false;
+  bool kernels = false;                 // cuda: per-kernel benches (FP8 GEMV, MXFP4 experts, cuBLASLt)
+  bool no_steps = false;                // skip the whole-step cases (only probes / kernels)
+  int threads = 0;                      // cpu: reference threads (0 = all cores)
+  uint64_t seed = 1;
+  std::string commit;                   // recorded in the report ("" = $M3_COMMIT or "unknown")
+  double tc_peak_tflops = NAN;          // prefill fraction denominator (NaN = measured bf16 GEMM on cuda)
+};
+
+// The spec a run measures: preset or config, cut to --layers, then one rank of --tp-shard.
+ModelSpec bench_spec(const BenchOptions& o, std::string* name = nullptr);
+
+}  // namespace m3::bench

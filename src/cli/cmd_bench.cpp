@@ -1,0 +1,101 @@
+// `m3mono bench`: step latency against its memory floor (bench/). On the GPU: random prepared
+// weights at the real MiniMax-M3 shapes (one rank of --tp-shard K), decode batches at --context
+// and prefills of --prefill tokens, each step timed inside a CUDA graph (median, p90 over
+// --steps replays after --warmup), its floor = the bytes it must read / the copy bandwidth
+// measured in the same run, per-op breakdown, paths side by side (--paths), per-kernel benches
+// (--kernels). With --device cpu: the CPU smoke mode (tiny shapes, reference engine) that CI runs.
+// Output: a table on stdout, --json FILE, --chart FILE (PNG through tools/bench_chart.py).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "bench/cpu_bench.h"
+#include "bench/cuda_bench.h"
+#include "cli/command.h"
+#include "core/check.h"
+#include "model/synthetic.h"
+
+namespace m3::cli {
+namespace {
+
+struct BenchArgs {
+  bench::BenchOptions o;
+  std::string batch = "1", context = "8K", prefill, paths, json, chart;
+};
+
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');)
+    if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+int run_bench(BenchArgs& a) {
+  bench::BenchOptions& o = a.o;
+  M3_CHECK(o.device == "cpu" || o.device == "cuda", "bench: --device must be cpu or cuda, got '{}'", o.device);
+  o.batches = bench::parse_count_list(a.batch, "--batch");
+  o.contexts = bench::parse_count_list(a.context, "--context");
+  o.prefills = a.prefill.empty() ? std::vector<int64_t>{} : bench::parse_count_list(a.prefill, "--prefill");
+  o.paths = split_names(a.paths);
+  if (o.commit.empty()) {
+    const char* c = std::getenv("M3_COMMIT");
+    o.commit = c && *c ? c : "unknown";
+  }
+  bench::BenchReport r = o.device == "cpu" ? bench::run_cpu_bench(o) : bench::run_cuda_bench(o);
+  r.commit = o.commit;
+  r.command = bench::this_command_line();
+  bench::print_report(r, stdout);
+  std::fflush(stdout);
+  std::string json = a.json;
+  if (json.empty() && !a.chart.empty()) json = a.chart + ".json";
+  if (!json.empty()) {
+    bench::write_report_json(r, json);
+    std::fprintf(stderr, "wrote %s\n", json.c_str());
+  }
+  if (!a.chart.empty()) {
+    int rc = bench::run_chart_script(json, a.chart);
+    M3_CHECK(rc == 0, "bench: --chart: tools/bench_chart.py exited with {}", rc);
+    std::fprintf(stderr, "wrote %s\n", a.chart.c_str());
+  }
+  return 0;
+}
+
+RunFn setup_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  bench::BenchOptions& o = a->o;
+  o.device = bench::cuda_bench_available() ? "cuda" : "cpu";
+  app.add_option("--device", o.device, "cuda (random weights on the GPU) or cpu (smoke mode, reference engine)")
+      ->capture_default_str();
+  std::string names;
+  for (const auto& n : synthetic_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  app.add_option("--preset", o.preset, "model shape: " + names + " (default: real on cuda, tiny on cpu)");
+  app.add_option("--config", o.config, "model shape from a config.json or checkpoint directory instead");
+  app.add_option("--layers", o.layers, "the last N layers of the plan (0 = all)")->capture_default_str();
+  app.add_option("--tp-shard", o.tp_shard, "one tensor-parallel rank's shapes of K ranks")->capture_default_str();
+  app.add_option("--batch", a->batch, "decode rows per step, comma list (e.g. 1,2,4,8,16)")->capture_default_str();
+  app.add_option("--context", a->context, "tokens cached per row, comma list (e.g. 1K,8K,64K)")->capture_default_str();
+  app.add_option("--prefill", a->prefill, "prefill cases: tokens of one request, comma list (e.g. 8K)");
+  app.add_option("--paths", a->paths, "step paths side by side, comma list (cuda: stream[,native,mono]; cpu: cpu-ref)");
+  app.add_option("--steps", o.steps, "timed steps per case (after warm-up)")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
+  app.add_flag("--kv-bf16", o.kv_bf16, "K/V cache in BF16 instead of FP8");
+  app.add_flag("--index-bf16", o.ik_bf16, "index-K cache in BF16 instead of FP8");
+  app.add_flag("--router-bf16", o.router_bf16, "router weight in BF16 instead of FP32");
+  app.add_flag("--kernels", o.kernels, "cuda: per-kernel benches (FP8 GEMV, MXFP4 experts) vs plain reads and cuBLASLt");
+  app.add_flag("--no-steps", o.no_steps, "skip the whole-step cases");
+  app.add_option("--threads", o.threads, "cpu: reference threads (0 = all cores)")->capture_default_str();
+  app.add_option("--seed", o.seed, "random weights / routing seed")->capture_default_str();
+  app.add_option("--commit", o.commit, "commit recorded in the report (default $M3_COMMIT)");
+  app.add_option("--tc-peak", o.tc_peak_tflops, "tensor-core peak TFLOP/s for the prefill fraction (default: measured)");
+  app.add_option("--json", a->json, "write the results as JSON");
+  app.add_option("--chart", a->chart, "write a PNG of latency vs batch and context with the floor (needs matplotlib)");
+  return [a] { return run_bench(*a); };
+}
+
+M3_COMMAND("bench", "step latency vs its memory floor (cuda: real shapes, random weights; cpu: smoke mode)",
+           setup_bench, 60);
+
+}  // namespace
+}  // namespace m3::cli
