@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -32,15 +34,73 @@ struct ServeArgs {
   double grace_s = 10;
 };
 
+// Signals: SIGTERM/SIGINT are blocked in every thread (the mask is set before any thread exists,
+// so all inherit it) and taken by one thread in sigwait(). Before the server is up a signal exits
+// at once; the first one after starts a graceful shutdown; a second one exits immediately.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~SignalWatcher() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait; done_ makes it return
+    thread_.join();
+  }
+  void serving() {
+    std::lock_guard lk(mu_);
+    serving_ = true;
+  }
+  // Blocks until a signal arrives or wake() is called; returns the signal (0 for wake()).
+  int wait() {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return signal_ != 0 || woken_; });
+    return signal_;
+  }
+  void wake() {
+    std::lock_guard lk(mu_);
+    woken_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      int sig = 0;
+      sigwait(&set_, &sig);
+      std::lock_guard lk(mu_);
+      if (done_) return;
+      const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      if (!serving_) {
+        std::fprintf(stderr, "m3mono serve: %s while loading, exiting\n", name);
+        std::_Exit(128 + sig);
+      }
+      if (signal_ != 0) {
+        std::fprintf(stderr, "m3mono serve: second %s, exiting now\n", name);
+        std::_Exit(128 + sig);
+      }
+      signal_ = sig;
+      cv_.notify_all();
+    }
+  }
+  sigset_t set_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool serving_ = false, done_ = false, woken_ = false;
+  int signal_ = 0;
+  std::thread thread_;
+};
+
 int run_serve(ServeArgs a) {
-  // Signals: SIGTERM/SIGINT are blocked in every thread and taken by sigwait() below; a write to
-  // a socket whose client left must be an error, not a process kill.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);  // a write to a socket whose client left must fail, not kill us
+  SignalWatcher signals;
 
   if (a.server.api_key.empty())
     if (const char* k = std::getenv("M3_API_KEY")) a.server.api_key = k;
@@ -66,22 +126,22 @@ int run_serve(ServeArgs a) {
                spec.index_block, engine.stats().backend.c_str(), a.server.host.c_str(), port,
                a.server.api_key.empty() ? "" : " (API key required)");
 
-  std::atomic<bool> stopping{false};
   std::thread http([&] {
     server.serve();
-    if (!stopping) kill(getpid(), SIGTERM);  // the listener died on its own: wake the main thread
+    signals.wake();  // returns early only if the listener failed
   });
-  int sig = 0;
-  sigwait(&set, &sig);
-  stopping = true;
-  std::fprintf(stderr, "m3mono serve: %s received, finishing live requests (up to %.0f s)\n",
-               sig == SIGINT ? "SIGINT" : "SIGTERM", a.grace_s);
+  signals.serving();
+  int sig = signals.wait();
+  if (sig == 0) std::fprintf(stderr, "m3mono serve: the listener stopped unexpectedly, shutting down\n");
+  else
+    std::fprintf(stderr, "m3mono serve: %s received, finishing live requests (up to %.0f s; again to exit now)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", a.grace_s);
   server.shutdown(a.grace_s);
   http.join();
   auto st = engine.stats();
   std::fprintf(stderr, "m3mono serve: stopped cleanly (%llu steps, %llu tokens generated, %d cache blocks used)\n",
                (unsigned long long)st.steps, (unsigned long long)st.generation_tokens, st.cache_blocks_used);
-  return 0;
+  return sig == 0 ? 1 : 0;
 }
 
 M3_COMMAND(

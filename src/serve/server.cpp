@@ -265,6 +265,13 @@ struct Server::Impl {
       return new httplib::ThreadPool(size_t(n));
     };
     http.set_payload_max_length(opt.max_body_bytes);
+    // NOTE: httplib's default sets SO_REUSEPORT, which lets a second server bind a port that is
+    // already serving (and silently share its traffic). SO_REUSEADDR alone still allows a quick
+    // restart over TIME_WAIT connections, but a live listener makes bind() fail.
+    http.set_socket_options([](auto sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
       std::lock_guard lk(mu);
       counters.responses_by_code[res.status]++;
