@@ -1,8 +1,10 @@
-// `m3mono conformance --model DIR [--golden FILE] [--threads N] [--tol X]`: runs the CPU reference
-// against a golden file written by transformers (ref/conformance.h) and prints each check with its
-// worst error; exits 1 when any check fails.
+// `m3mono conformance --model DIR [--golden FILE] [--threads N] [--tol X] [--device cpu|cuda|auto]
+// [--weights checkpoint|prepared]`: runs the CPU reference (or the CUDA backend) against a golden
+// file written by transformers (ref/conformance.h) and prints each check with its worst error;
+// exits 1 when any check fails.
 #include <cstdio>
 
+#include "cli/backend_choice.h"
 #include "cli/command.h"
 #include "core/check.h"
 #include "model/load_weights.h"
@@ -15,7 +17,7 @@ namespace m3::cli {
 namespace {
 
 struct ConformanceArgs {
-  std::string model, golden;
+  std::string model, golden, device = "cpu", weights = "checkpoint";
   int threads = 0;
   double tol = 1e-3;
 };
@@ -26,10 +28,10 @@ int run_conformance_cmd(const ConformanceArgs& a) {
   M3_CHECK(a.tol > 0, "conformance: --tol must be > 0, got {}", a.tol);
   auto prompts = ref::load_golden(golden);
   ModelSpec spec = load_model_spec(a.model);
-  ModelWeights w = load_model_weights(a.model, spec);
   int most = 0;
   for (const auto& g : prompts) most = std::max(most, g.tokens() + g.steps());
-  auto b = ref::make_ref_backend(spec, std::move(w), ref::RefOptions{most / spec.index_block + 2, a.threads});
+  auto b = make_chosen_backend(BackendChoice{a.device, a.weights, a.threads, most / spec.index_block + 2},
+                               a.model, spec, "conformance");
   std::printf("conformance of %s (%s) against %s: %zu prompts\n", a.model.c_str(), b->name().c_str(),
               golden.string().c_str(), prompts.size());
   ref::ConformanceOptions opt;
@@ -50,10 +52,13 @@ RunFn setup_conformance(CLI::App& app) {
   app.add_option("--golden", a->golden, "golden file (default: DIR/golden.safetensors)");
   app.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--tol", a->tol, "logits bound: max|d| <= tol * max|ref| per row")->capture_default_str();
+  app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
+  app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's store, dequantized)")
+      ->capture_default_str();
   return [a] { return run_conformance_cmd(*a); };
 }
 
-M3_COMMAND("conformance", "check the CPU reference against a transformers golden file", setup_conformance, 60);
+M3_COMMAND("conformance", "check the CPU reference (or --device cuda) against a transformers golden file", setup_conformance, 60);
 
 }  // namespace
 }  // namespace m3::cli

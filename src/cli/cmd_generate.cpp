@@ -1,7 +1,7 @@
 // `m3mono generate --model DIR --prompt-ids 1,2,3 --max-tokens N [--temperature T --top-k K
-// --top-p P] [--seed N] [--threads N] [--device cpu|cuda|auto] [--stop-at-eos]`: one sequence,
-// prefill then token-by-token decode through the paged cache; prints the generated ids and the
-// prefill and decode rates separately.
+// --top-p P] [--seed N] [--threads N] [--device cpu|cuda|auto] [--weights checkpoint|prepared]
+// [--stop-at-eos]`: one sequence, prefill then token-by-token decode through the paged cache;
+// prints the generated ids and the prefill and decode rates separately.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "cli/backend_choice.h"
 #include "cli/command.h"
 #include "core/check.h"
 #include "model/load_weights.h"
@@ -20,7 +21,7 @@ namespace m3::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt_ids, device = "auto";
+  std::string model, prompt_ids, device = "auto", weights = "checkpoint";
   int max_tokens = 16, threads = 0;
   float temperature = 0, top_p = 1;
   int top_k = 0;
@@ -48,13 +49,11 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return out;
 }
 
-// The backend for --device. Only the CPU reference exists so far; `auto` falls back to it.
-std::unique_ptr<Backend> make_backend(const GenerateArgs& a, ModelSpec spec, ModelWeights w, int blocks) {
-  M3_CHECK(a.device == "cpu" || a.device == "cuda" || a.device == "auto",
-           "generate: --device must be cpu, cuda or auto, got '{}'", a.device);
-  if (a.device == "cuda") M3_FAIL("generate: --device cuda: this build has no CUDA backend yet (use cpu or auto)");
-  if (a.device == "auto") std::fprintf(stderr, "note: no CUDA backend available; using the CPU reference\n");
-  return ref::make_ref_backend(std::move(spec), std::move(w), ref::RefOptions{blocks, a.threads});
+// The backend for --device (cli/backend_choice.h): the CUDA native backend, or the CPU reference on
+// the checkpoint's or the dequantized prepared weights (--weights).
+std::unique_ptr<Backend> make_backend(const GenerateArgs& a, const ModelSpec& spec, int blocks, int positions) {
+  BackendChoice c{a.device, a.weights, a.threads, blocks, positions};
+  return make_chosen_backend(c, a.model, spec, "generate");
 }
 
 int run_generate(const GenerateArgs& a) {
@@ -66,7 +65,7 @@ int run_generate(const GenerateArgs& a) {
 
   auto t0 = std::chrono::steady_clock::now();
   ModelSpec spec = load_model_spec(a.model);
-  ModelWeights w = load_model_weights(a.model, spec);
+  validate_backend_choice(BackendChoice{a.device, a.weights, a.threads}, "generate");
   for (size_t i = 0; i < prompt.size(); ++i)
     M3_CHECK(prompt[i] < spec.vocab_size, "generate: --prompt-ids entry {} ({}) is outside the vocabulary [0, {})", i,
              prompt[i], spec.vocab_size);
@@ -77,7 +76,7 @@ int run_generate(const GenerateArgs& a) {
            spec.max_positions);
   const int bs = spec.index_block;
   const int blocks = int((positions + bs - 1) / bs);
-  auto backend = make_backend(a, spec, std::move(w), blocks);
+  auto backend = make_backend(a, spec, blocks, int(positions));
   auto t1 = std::chrono::steady_clock::now();
   std::fprintf(stderr, "loaded %s (%s) in %.2f s\n", a.model.c_str(), backend->name().c_str(),
                std::chrono::duration<double>(t1 - t0).count());
@@ -118,6 +117,8 @@ RunFn setup_generate(CLI::App& app) {
   app.add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
+  app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's FP8/MXFP4 store, dequantized)")
+      ->capture_default_str();
   app.add_flag("--stop-at-eos", a->stop_at_eos, "stop after the model's eos token");
   return [a] { return run_generate(*a); };
 }

@@ -1,0 +1,75 @@
+// make_chosen_backend: the CPU reference (checkpoint or dequantized prepared weights) or, in CUDA
+// builds, the native backend over the prepared store loaded onto the GPU.
+#include "cli/backend_choice.h"
+
+#include <cstdio>
+
+#include "core/check.h"
+#include "core/parallel.h"
+#include "model/load_weights.h"
+#include "model/prepare.h"
+#include "model/safetensors.h"
+#include "model/weight_table.h"
+#include "ref/engine.h"
+#if M3_WITH_CUDA
+#include "native/cuda_backend.h"
+#include "native/prepared.h"
+#endif
+
+namespace m3::cli {
+
+void validate_backend_choice(const BackendChoice& c, const char* command) {
+  M3_CHECK(c.device == "cpu" || c.device == "cuda" || c.device == "auto",
+           "{}: --device must be cpu, cuda or auto, got '{}'", command, c.device);
+  M3_CHECK(c.weights == "checkpoint" || c.weights == "prepared",
+           "{}: --weights must be checkpoint or prepared, got '{}'", command, c.weights);
+  M3_CHECK(c.threads >= 0, "{}: --threads must be >= 0, got {}", command, c.threads);
+}
+
+bool cuda_usable() {
+#if M3_WITH_CUDA
+  return native::cuda_device_available();
+#else
+  return false;
+#endif
+}
+
+ModelWeights load_prepared_dequantized(const std::string& model_dir, const ModelSpec& spec) {
+  SafetensorsSet files = SafetensorsSet::open(model_dir);
+  WeightTable table = build_weight_table(spec, detect_text_prefix(files));
+  WeightBinding bind = bind_weights(table, files);
+  auto src = make_weight_source(bind);
+  PreparedLayout layout = plan_prepared(spec);
+  std::vector<uint8_t> arena(layout.total_bytes, 0);
+  HostArenaSink sink(arena);
+  ThreadPool pool(0);
+  fill_prepared(layout, *src, sink, pool);
+  return dequantize_prepared(layout, host_arena_reader(arena));
+}
+
+std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::string& model_dir,
+                                             const ModelSpec& spec, const char* command) {
+  validate_backend_choice(c, command);
+  bool cuda = c.device == "cuda" || (c.device == "auto" && cuda_usable());
+#if M3_WITH_CUDA
+  if (cuda) {
+    M3_CHECK(native::cuda_device_available(), "{}: --device cuda: no CUDA device is visible", command);
+    if (c.weights != "checkpoint")
+      std::fprintf(stderr, "note: --weights applies to the CPU reference; CUDA always runs the prepared weights\n");
+    native::PrepareLoadOptions lo;
+    lo.progress = false;
+    std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, {}, lo);
+    native::CudaBackendOptions o;
+    o.num_cache_blocks = std::max(c.cache_blocks, 1);
+    if (c.max_seq_len > 0) o.max_model_len = std::min(c.max_seq_len, o.num_cache_blocks * spec.index_block);
+    return native::make_cuda_backend(std::move(pw), o);
+  }
+#else
+  M3_CHECK(!cuda, "{}: --device cuda: this build has no CUDA (configure with -DM3_CUDA=ON)", command);
+#endif
+  if (c.device == "auto") std::fprintf(stderr, "note: no CUDA device available; using the CPU reference\n");
+  ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec) : load_model_weights(model_dir, spec);
+  return ref::make_ref_backend(spec, std::move(w), ref::RefOptions{std::max(c.cache_blocks, 1), c.threads});
+}
+
+}  // namespace m3::cli

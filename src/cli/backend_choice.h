@@ -1,0 +1,38 @@
+// Backend selection shared by the commands that run the model (generate, conformance):
+//   --device cpu|cuda|auto   (auto: the CUDA native backend when this build has CUDA and a GPU is
+//                             visible, else the CPU reference)
+//   --weights checkpoint|prepared   (CPU reference only: the checkpoint's weights in fp32, or the
+//                             prepared GPU store — FP8 attention, MXFP4 experts, BF16 rest —
+//                             dequantized back to fp32, i.e. exactly the numbers the GPU uses)
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/spec.h"
+#include "model/weights.h"
+#include "runtime/backend.h"
+
+namespace m3::cli {
+
+struct BackendChoice {
+  std::string device = "auto";
+  std::string weights = "checkpoint";
+  int threads = 0;        // CPU reference threads (0 = all cores)
+  int cache_blocks = 0;   // paged cache blocks
+  int max_seq_len = 0;    // longest sequence the backend must hold (CUDA launch sizing; 0 = cache size)
+};
+
+// Throws naming the flag when a value is not one of the choices.
+void validate_backend_choice(const BackendChoice& c, const char* command);
+
+// True when --device auto would pick CUDA.
+bool cuda_usable();
+
+// The prepared store of `model_dir` dequantized to fp32 (host only; no GPU needed).
+ModelWeights load_prepared_dequantized(const std::string& model_dir, const ModelSpec& spec);
+
+// Builds the backend the choice names for the checkpoint in model_dir.
+std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::string& model_dir,
+                                             const ModelSpec& spec, const char* command);
+
+}  // namespace m3::cli

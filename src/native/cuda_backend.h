@@ -1,0 +1,84 @@
+// The CUDA native backend: the whole MiniMax-M3 text model on one GPU, one kernel per operation,
+// for any batch shape (prefill, chunked prefill, mixed prefill + decode, decode of any size), over
+// the prepared weight arena (native/prepared.h) and paged FP8/BF16 caches (native/kv_cache.h).
+//
+// Forward of one pass of T token rows (cuda_backend.cpp):
+//   embedding -> per layer [RMSNorm(+residual) -> fused FP8 q|k|v|iq|ik projection -> q/k norm +
+//   RoPE + cache insert -> (sparse layers: indexer) -> attention -> FP8 O projection ->
+//   RMSNorm + residual -> dense MLP or router + MoE (+ shared expert)] -> final norm -> lm_head.
+// Every buffer is allocated once for `max_tokens` rows; steps with more tokens run in chunks
+// (per-token causal math makes chunking exact).
+//
+// Decode steps (every sequence adds one token, at most max_graph_batch sequences, no trace) run
+// at a fixed padded shape: the batch is padded up to a bucket of 1, 2, 4, ..., 64 rows (padding
+// rows have slot -1: they write no cache, their logits are dropped), block tables are padded to a
+// fixed width and launches are sized for max_model_len, so the step is the same sequence of
+// launches whatever the contexts are. That sequence is captured once per bucket as a CUDA graph
+// and replayed after the step's metadata is copied into fixed-address device buffers; with graphs
+// off the same launches run eagerly, so eager and replayed results are bitwise equal.
+//
+// Plain C++ header (no CUDA include), so host code can hold a backend; built only with CUDA.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "runtime/backend.h"
+
+namespace m3::native {
+
+class PreparedWeights;
+class DeviceKvCache;
+
+struct CudaBackendOptions {
+  int num_cache_blocks = 256;  // blocks of spec.index_block tokens
+  int max_tokens = 2048;       // rows of one forward pass; larger steps run in chunks
+  int max_model_len = 0;       // longest sequence (0: min(max_positions, num_cache_blocks * block))
+  DType kv_dtype = DType::F8_E4M3;  // main K/V cache: F8_E4M3 or BF16
+  DType ik_dtype = DType::F8_E4M3;  // index-K cache: F8_E4M3 or BF16
+  float k_scale = 1, v_scale = 1, ik_scale = 1;  // FP8 cache scales (every layer)
+  // Every linear layer on the fp32-activation GEMV, never the bf16-activation GEMM that passes of
+  // more than 16 rows take by default (exact activations, slow prefill). Tests use it to tell
+  // activation rounding apart from everything else.
+  bool fp32_activations = false;
+  bool cuda_graphs = true;     // replay captured graphs for decode buckets
+  int max_graph_batch = 64;    // largest decode bucket (a power of two, <= max_tokens)
+  int logits_rows = 256;       // lm_head rows per pass (more output rows run in passes)
+  int device = -1;             // CUDA device (-1: the current one)
+};
+
+struct CudaBackendStats {
+  int64_t steps = 0, eager_passes = 0, bucket_steps = 0, graph_replays = 0, graph_captures = 0;
+};
+
+// Optional test/debug hook: the indexer's max-pooled block scores of the last traced step, for
+// each sparse layer (as in SelectionTrace), token and group, blocks 0 .. pos / block_size.
+struct BlockScoreTrace {
+  std::vector<int> layers;
+  std::vector<std::vector<std::vector<std::vector<float>>>> scores;  // [sparse layer][token][group][block]
+};
+
+class CudaBackend : public Backend {
+ public:
+  ~CudaBackend() override = default;
+  // The cache pool (tests read or poison it).
+  virtual DeviceKvCache& kv_cache() = 0;
+  virtual const CudaBackendOptions& options() const = 0;
+  virtual CudaBackendStats stats() const = 0;
+  // When set, traced steps also fill *scores (nullptr turns it off).
+  virtual void set_block_score_trace(BlockScoreTrace* scores) = 0;
+};
+
+// The weights are shared (tests dequantize them for the CPU reference). Checks that the arena is
+// a single-rank layout (tp_size 1) of a model the kernels support.
+std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const PreparedWeights> weights,
+                                               const CudaBackendOptions& opt = {});
+
+// True when the CUDA runtime sees at least one device (never throws).
+bool cuda_device_available();
+
+// The decode bucket of n sequences: the smallest power of two >= n (n <= max_graph_batch).
+int decode_bucket(int n);
+
+}  // namespace m3::native
