@@ -1,6 +1,7 @@
 // /v1/completions request validation and response JSON.
 #include "serve/completion_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -144,6 +145,7 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
     p.prompts.push_back(token_list(*prompt, "prompt", "prompt", lim.vocab_size));
   }
 
+  const bool max_tokens_given = field(j, "max_tokens") != nullptr;
   if (const json* v = field(j, "max_tokens")) {
     int64_t m = as_int(*v, "max_tokens");
     if (m < 1) bad("max_tokens", fmt::format("'max_tokens' must be at least 1, got {}", m));
@@ -151,6 +153,9 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
       bad("max_tokens", fmt::format("'max_tokens' = {} exceeds this server's limit of {}", m, lim.max_completion_tokens));
     p.max_tokens = int(m);
   }
+  if (!max_tokens_given)  // the default (16) shrinks to what the context leaves; an explicit value never does
+    for (const auto& pr : p.prompts)
+      p.max_tokens = int(std::max<int64_t>(1, std::min<int64_t>(p.max_tokens, lim.max_model_len - int64_t(pr.size()))));
   for (size_t i = 0; i < p.prompts.size(); ++i) {
     int64_t n = int64_t(p.prompts[i].size());
     std::string which = p.prompts.size() > 1 ? fmt::format("prompt[{}]", i) : "the prompt";

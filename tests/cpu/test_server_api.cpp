@@ -162,6 +162,14 @@ TEST(CompletionApi, GoodInputsBecomeEngineRequests) {
   EXPECT_TRUE(p->stream);
   EXPECT_TRUE(p->include_usage);
 
+  // without max_tokens, the default shrinks to what the context leaves (64 - 60 = 4)
+  ApiLimits roomy = limits();
+  roomy.max_prompt_tokens = 63;
+  json d = {{"model", "tiny"}, {"prompt", std::vector<int>(60, 1)}};
+  p = parse_completion_request(d.dump(), roomy, e);
+  ASSERT_TRUE(p) << e.message;
+  EXPECT_EQ(p->max_tokens, 4);
+
   // exactly at the limits
   json j = {{"model", "tiny"}, {"prompt", std::vector<int>(40, 1023)}, {"max_tokens", 24}};
   EXPECT_TRUE(parse_completion_request(j.dump(), limits(), e)) << e.message;
