@@ -60,7 +60,7 @@ void print_ops(const PathResult& p, std::FILE* out) {
                  has(o.read_us) && has(o.us) ? fmt::format("{:.2f}", o.us / o.read_us).c_str() : "-",
                  has(o.us) && o.us > 0 ? fmt::format("{:.0f}", o.bytes / o.us / 1e3).c_str() : "-");
   std::string tail = fmt::format("    kernels {}", p.kernels >= 0 ? std::to_string(p.kernels) : "-");
-  if (has(p.gap_us)) tail += fmt::format(", time outside the per-op spans {:.1f} us", p.gap_us);
+  if (has(p.gap_us)) tail += fmt::format(", est. kernel-boundary time {:.1f} us (kernels x boundary)", p.gap_us);
   std::fprintf(out, "%s\n", tail.c_str());
 }
 
@@ -83,9 +83,14 @@ void print_report(const BenchReport& r, std::FILE* out) {
     for (const auto& c : r.cases)
       for (const auto& p : c.paths) {
         const double tok = double(c.c.tokens()) / (p.us.median * 1e-6);
-        std::fprintf(out, "%-22s %-9s %10.1f %10.1f %10.1f %7s %10.2f %10.0f %9.1f\n", c.c.label().c_str(),
+        // a plain read computes nothing: no FLOP rate for the stream path
+        const double tf = p.path == "stream" ? NAN : c.bytes.flops / p.us.median / 1e6;
+        std::fprintf(out, "%-22s %-9s %10.1f %10.1f %10.1f %7s %10.2f %10.0f %9s\n", c.c.label().c_str(),
                      p.path.c_str(), p.us.median, p.us.p90, c.floor_us, pct(c.floor_us / p.us.median).c_str(),
-                     c.bytes.total / 1e6, tok, c.bytes.flops / p.us.median / 1e6);
+                     c.bytes.total / 1e6, tok, num(tf).c_str());
+        if (c.c.is_prefill() && std::isfinite(c.flop_floor_us) && c.flop_floor_us > 0)
+          std::fprintf(out, "    FLOP floor %.1f us (%.3g TFLOP at %.0f TFLOP/s): %s of it\n", c.flop_floor_us,
+                       c.bytes.flops / 1e12, r.tc_peak_tflops, pct(c.flop_floor_us / p.us.median).c_str());
         if (!p.note.empty()) std::fprintf(out, "    (%s)\n", p.note.c_str());
         print_ops(p, out);
       }
@@ -100,10 +105,10 @@ void print_report(const BenchReport& r, std::FILE* out) {
     }
   }
   if (!r.kernels.empty()) {
-    std::fprintf(out, "\n%-11s %-26s %4s %9s %9s %9s %8s %10s %9s %8s\n", "kernel", "shape", "M", "MB", "us", "read us",
+    std::fprintf(out, "\n%-11s %-30s %4s %9s %9s %9s %8s %10s %9s %8s\n", "kernel", "shape", "M", "MB", "us", "read us",
                  "read/us", "cublasLt", "cublas/us", "GB/s");
     for (const auto& k : r.kernels)
-      std::fprintf(out, "%-11s %-26s %4d %9.2f %9.2f %9.2f %7.0f%% %10s %9s %8.0f\n", k.kernel.c_str(),
+      std::fprintf(out, "%-11s %-30s %4d %9.2f %9.2f %9.2f %7.0f%% %10s %9s %8.0f\n", k.kernel.c_str(),
                    k.shape.c_str(), k.M, k.bytes / 1e6, k.us, k.read_us, 100 * k.read_us / k.us,
                    num(k.cublas_us, 2).c_str(), has(k.cublas_us) ? fmt::format("{:.2f}", k.cublas_us / k.us).c_str() : "-",
                    k.bytes / k.us / 1e3);
@@ -162,8 +167,10 @@ nlohmann::json report_json(const BenchReport& r) {
       jp["samples"] = p.us.n;
       jp["achieved_fraction"] = c.floor_us / p.us.median;
       jp["tokens_per_s"] = double(c.c.tokens()) / (p.us.median * 1e-6);
-      jp["tflops"] = c.bytes.flops / p.us.median / 1e6;
-      jp["tc_fraction"] = r.tc_peak_tflops > 0 ? jnum(c.bytes.flops / p.us.median / 1e6 / r.tc_peak_tflops) : json(nullptr);
+      const bool computes = p.path != "stream";  // a plain read computes nothing
+      jp["tflops"] = computes ? jnum(c.bytes.flops / p.us.median / 1e6) : json(nullptr);
+      jp["tc_fraction"] = computes && r.tc_peak_tflops > 0 ? jnum(c.bytes.flops / p.us.median / 1e6 / r.tc_peak_tflops)
+                                                         : json(nullptr);
       jp["path_bytes"] = p.path_bytes > 0 ? json(p.path_bytes) : json(nullptr);
       jp["kernels"] = p.kernels >= 0 ? json(p.kernels) : json(nullptr);
       jp["gap_us"] = jnum(p.gap_us);

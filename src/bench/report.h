@@ -29,7 +29,7 @@ struct PathResult {
   Stats us;                 // per-step times
   double path_bytes = 0;    // bytes this path read, when it differs from the accounting (stream); 0 = n/a
   int kernels = -1;         // kernel nodes in the captured step (-1: not a graph)
-  double gap_us = 0;        // step time not covered by the per-op times (launch gaps, bubbles); NaN: n/a
+  double gap_us = 0;        // estimated kernel-boundary time: kernels x the measured boundary cost; NaN: n/a
   std::vector<OpTiming> ops;
   std::string note;
 };

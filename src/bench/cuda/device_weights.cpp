@@ -1,0 +1,136 @@
+// Random prepared weights and caches on the device (device_weights.h).
+#include "bench/cuda/device_weights.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "bench/cuda/probes.h"
+#include "native/cuda_check.h"
+
+namespace m3::bench {
+
+namespace {
+
+int64_t used_bytes(const PTensor& t) {
+  switch (t.dtype) {
+    case DType::E2M1x2: return (t.cols + 1) / 2;
+    default: return t.cols * int64_t(dtype_size(t.dtype));
+  }
+}
+
+void fill_tensor(uint8_t* base, const PTensor& t, FillFormat f, float lo, float hi, uint64_t seed, cudaStream_t s) {
+  if (t.empty()) return;
+  const int64_t rows = t.rows * t.slots, used = used_bytes(t);
+  if (used == t.row_bytes)  // no padding: one flat row (cheaper indexing)
+    fill_random(base + t.offset, 1, rows * used, rows * used, f, lo, hi, seed, s);
+  else
+    fill_random(base + t.offset, rows, t.row_bytes, used, f, lo, hi, seed, s);
+}
+
+native::Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
+  native::Mxfp4Experts e;
+  if (m.codes.empty()) return e;
+  e.codes = base + m.codes.offset;
+  e.scales = base + m.scales.offset;
+  e.ld = m.codes.row_bytes;
+  e.sld = m.scales.row_bytes;
+  e.slot_codes = int64_t(m.codes.slot_bytes());
+  e.slot_scales = int64_t(m.scales.slot_bytes());
+  e.slots = m.codes.slots;
+  e.rows = int(m.codes.rows);
+  e.cols = int(m.codes.cols);
+  return e;
+}
+
+}  // namespace
+
+void fill_prepared_random(uint8_t* base, const PreparedLayout& L, uint64_t seed, cudaStream_t s) {
+  uint64_t k = seed * 1000003;
+  auto bf16 = [&](const PTensor& t, float a) { fill_tensor(base, t, FillFormat::Bf16, -a, a, ++k, s); };
+  auto fp8 = [&](const PFp8& m) {
+    fill_tensor(base, m.codes, FillFormat::Fp8, 0, 0, ++k, s);
+    // |e4m3| up to 448 times scales ~1/(448 sqrt(K)): outputs of order one
+    const float sc = 1.0f / (448.0f * std::sqrt(float(std::max<int64_t>(1, m.codes.cols))));
+    fill_tensor(base, m.scales, FillFormat::F32, 0.5f * sc, 1.5f * sc, ++k, s);
+  };
+  auto mx = [&](const PMxfp4& m) {
+    fill_tensor(base, m.codes, FillFormat::Bytes, 0, 0, ++k, s);
+    fill_tensor(base, m.scales, FillFormat::E8M0, 118, 121, ++k, s);  // 2^-9 .. 2^-6
+  };
+  bf16(L.embed, 1.0f);
+  bf16(L.lm_head, 0.02f);
+  bf16(L.final_norm, 0.2f);
+  for (const auto& Y : L.layers) {
+    for (const PTensor* t : {&Y.input_norm, &Y.post_norm, &Y.q_norm, &Y.k_norm, &Y.iq_norm, &Y.ik_norm}) bf16(*t, 0.2f);
+    fp8(Y.qkv);
+    fp8(Y.o);
+    bf16(Y.dense_gate_up, 0.02f);
+    bf16(Y.dense_down, 0.02f);
+    if (Y.router.dtype == DType::BF16) bf16(Y.router, 0.05f);
+    else fill_tensor(base, Y.router, FillFormat::F32, -0.05f, 0.05f, ++k, s);
+    fill_tensor(base, Y.router_bias, FillFormat::F32, -0.05f, 0.05f, ++k, s);
+    mx(Y.w13);
+    mx(Y.w2);
+    mx(Y.shared_w13);
+    mx(Y.shared_w2);
+  }
+}
+
+void fill_cache_random(native::DeviceKvCache& cache, uint64_t seed, cudaStream_t s) {
+  const auto& sh = cache.shape();
+  const FillFormat kvf = sh.kv_dtype == DType::BF16 ? FillFormat::Bf16 : FillFormat::Fp8;
+  const FillFormat ikf = sh.ik_dtype == DType::BF16 ? FillFormat::Bf16 : FillFormat::Fp8;
+  for (int l = 0; l < sh.num_layers; ++l) {
+    native::KvLayerView v = cache.layer(l);
+    const int64_t kvb = int64_t(sh.kv_bytes());
+    fill_random(v.k, 1, kvb, kvb, kvf, -1, 1, seed * 7919 + uint64_t(3 * l), s);
+    fill_random(v.v, 1, kvb, kvb, kvf, -1, 1, seed * 7919 + uint64_t(3 * l + 1), s);
+    if (v.ik) {
+      const int64_t ikb = int64_t(sh.ik_bytes());
+      fill_random(v.ik, 1, ikb, ikb, ikf, -1, 1, seed * 7919 + uint64_t(3 * l + 2), s);
+    }
+  }
+}
+
+DeviceArena::DeviceArena(const PreparedLayout& layout, uint64_t seed, cudaStream_t s) : layout_(layout) {
+  M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), layout_.total_bytes));
+  M3_CUDA_CHECK(cudaMemsetAsync(base_, 0, layout_.total_bytes, s));
+  fill_prepared_random(base_, layout_, seed, s);
+  M3_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+DeviceArena::~DeviceArena() {
+  if (base_) cudaFree(base_);
+}
+
+native::Fp8Weight DeviceArena::qkv(int l) const {
+  const auto& Y = layout_.layers.at(size_t(l));
+  return native::Fp8Weight{base_ + Y.qkv.codes.offset, reinterpret_cast<const float*>(base_ + Y.qkv.scales.offset),
+                           int(Y.qkv.codes.rows), int(Y.qkv.codes.cols), Y.qkv.codes.row_bytes};
+}
+native::Fp8Weight DeviceArena::o(int l) const {
+  const auto& Y = layout_.layers.at(size_t(l));
+  return native::Fp8Weight{base_ + Y.o.codes.offset, reinterpret_cast<const float*>(base_ + Y.o.scales.offset),
+                           int(Y.o.codes.rows), int(Y.o.codes.cols), Y.o.codes.row_bytes};
+}
+native::MoeWeights DeviceArena::moe(int l) const {
+  const auto& Y = layout_.layers.at(size_t(l));
+  M3_CHECK(Y.moe, "bench: layer {} is not a MoE layer", l);
+  const ModelSpec& sp = layout_.spec;
+  native::MoeWeights w;
+  w.router = native::DenseWeight{base_ + Y.router.offset, Y.router.dtype, int(Y.router.rows), int(Y.router.cols),
+                                 Y.router.row_bytes};
+  w.router_bias = reinterpret_cast<const float*>(base_ + Y.router_bias.offset);
+  w.w13 = experts_view(base_, Y.w13);
+  w.w2 = experts_view(base_, Y.w2);
+  w.shared_in_slot = Y.shared_in_slot;
+  w.shared_w13 = experts_view(base_, Y.shared_w13);
+  w.shared_w2 = experts_view(base_, Y.shared_w2);
+  w.E = sp.num_experts;
+  w.K = sp.top_k;
+  w.routed_scale = sp.routed_scale;
+  w.alpha = sp.swiglu_alpha;
+  w.limit = sp.swiglu_limit;
+  return w;
+}
+
+}  // namespace m3::bench

@@ -1,0 +1,76 @@
+// The hook between the benchmark harness and an execution path ("stream" here; the native
+// forward and the mono path plug in the same way). A path is a StepRunner: for one case it sets up
+// its per-step state, then enqueues one whole step on a stream, capturably; the harness captures
+// that into a CUDA graph, replays it (median / p90 over >= 100 replays after warm-up), and, for
+// the per-op breakdown, captures it again with an OpRecorder that drops a timing event before
+// each op. Every path of a run sees the same StepEnv: the same random prepared weights and the
+// same caches, so their times are comparable and their ratios meaningful.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench_case.h"
+#include "bench/step_bytes.h"
+#include "model/prepare.h"
+#include "native/kv_cache.h"
+
+namespace m3::bench {
+
+// Called by a runner before each op of the step (op names as in step_bytes.h: "qkv", "kv",
+// "experts", ...; a path may add its own, e.g. "attention"); layer -1 outside the layers.
+class OpRecorder {
+ public:
+  virtual ~OpRecorder() = default;
+  virtual void mark(cudaStream_t s, const char* op, int layer) = 0;
+};
+
+struct StepEnv {
+  const ModelSpec* spec = nullptr;        // the measured (shard) spec; tensor parallel size 1
+  const PreparedLayout* layout = nullptr; // plan_prepared(*spec, {router_bf16}) 
+  uint8_t* arena = nullptr;               // device, layout->total_bytes of random prepared weights
+  native::DeviceKvCache* cache = nullptr; // random contents; blocks enough for the largest case
+  StepBytesOptions bytes_opt;             // cache dtypes
+  uint64_t seed = 1;
+};
+
+// Block tables of a case: decode row r (prefill: the one request, r = 0) owns the physical
+// blocks [r * W, (r + 1) * W), W = ceil(max_len / block_size), so token t of row r sits at slot
+// r * W * block_size + t.
+int blocks_per_row(const BenchCase& c, int block_size);
+std::vector<int32_t> row_block_table(const BenchCase& c, int block_size, int row);
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  virtual std::string name() const = 0;
+  // Prepares case c (metadata, scratch, routing inputs) and runs the step once eagerly, so every
+  // lazy allocation happens here, never during capture.
+  virtual void setup(const BenchCase& c, cudaStream_t s) = 0;
+  // Enqueues one step on s (capturable). rec (may be null) is called before each op.
+  virtual void enqueue(cudaStream_t s, OpRecorder* rec) = 0;
+  // Distinct routed experts per model layer read by the last step (empty: unknown; the case's
+  // bytes then use the expected-random model).
+  virtual std::vector<double> experts_hit() const { return {}; }
+  // Bytes this path reads when it differs from the case accounting (0: not known / the same).
+  virtual double path_bytes() const { return 0; }
+  virtual std::string note() const { return ""; }
+};
+
+using StepRunnerFactory = std::function<std::unique_ptr<StepRunner>(const StepEnv&)>;
+// Paths by name. "stream" is built in (register_builtin_paths); the native forward registers
+// "native" (and mono "mono") by adding a call to register_builtin_paths() in cuda_bench.cpp.
+void register_step_path(const std::string& name, StepRunnerFactory f);
+std::vector<std::string> step_path_names();
+StepRunnerFactory step_path(const std::string& name);  // throws listing the known names
+void register_builtin_paths();
+
+// The "stream" path: a plain cold read of exactly the bytes of the step's accounting
+// (step_ops regions), one launch per op, in step order. Its time is the empirical floor
+// of a step issued as separate kernels (each starts cold and ramps up).
+std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env);
+
+}  // namespace m3::bench
