@@ -1,4 +1,5 @@
-// `m3mono serve --model DIR`: loads the checkpoint into the CPU reference backend, starts the
+// `m3mono serve --model DIR`: loads the checkpoint into the chosen backend (--device, as in
+// generate: the CUDA native backend or the CPU reference), starts the
 // engine and the OpenAI-compatible HTTP server, and shuts down gracefully on SIGTERM / SIGINT
 // (live requests get --shutdown-grace seconds to finish, then are cancelled; exit code 0).
 #include <pthread.h>
@@ -12,10 +13,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "cli/backend_choice.h"
 #include "cli/command.h"
 #include "core/check.h"
-#include "model/load_weights.h"
-#include "ref/engine.h"
+#include "model/spec.h"
 #include "runtime/engine.h"
 #include "serve/server.h"
 
@@ -28,6 +29,7 @@ struct ServeArgs {
   serve::ServerOptions server;
   int cache_blocks = 256;
   int threads = 0;
+  std::string device = "auto", weights = "checkpoint";
   int max_num_seqs = 16;
   int max_step_tokens = 512;
   int max_model_len = 0;
@@ -108,10 +110,11 @@ int run_serve(ServeArgs a) {
   M3_CHECK(std::filesystem::is_directory(dir), "serve: --model {} is not a directory", a.model);
   a.server.model_name = !a.name.empty() ? a.name : std::filesystem::weakly_canonical(dir).filename().string();
 
+  BackendChoice choice{a.device, a.weights, a.threads, a.cache_blocks, a.max_model_len};
+  validate_backend_choice(choice, "serve");
   std::fprintf(stderr, "m3mono serve: loading %s\n", a.model.c_str());
   ModelSpec spec = load_model_spec(dir);
-  ModelWeights weights = load_model_weights(dir, spec);
-  auto backend = ref::make_ref_backend(spec, std::move(weights), ref::RefOptions{a.cache_blocks, a.threads});
+  auto backend = make_chosen_backend(choice, a.model, spec, "serve");
   EngineOptions eo;
   eo.scheduler.max_num_seqs = a.max_num_seqs;
   eo.scheduler.max_step_tokens = a.max_step_tokens;
@@ -156,6 +159,10 @@ M3_COMMAND(
       app.add_option("--served-model-name", a->name, "Model id clients name (default: the directory's name)");
       app.add_option("--cache-blocks", a->cache_blocks, "Paged-cache blocks (of index_block_size tokens)")
           ->capture_default_str()->check(CLI::PositiveNumber);
+      app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else the CPU reference)")
+          ->capture_default_str();
+      app.add_option("--weights", a->weights, "CPU reference only: checkpoint (fp32) or prepared (the GPU's numbers)")
+          ->capture_default_str();
       app.add_option("--threads", a->threads, "CPU backend threads (0 = all cores)")->capture_default_str();
       app.add_option("--max-num-seqs", a->max_num_seqs, "Largest running batch")->capture_default_str()->check(CLI::PositiveNumber);
       app.add_option("--max-step-tokens", a->max_step_tokens, "Token budget of one step (chunked prefill)")

@@ -15,7 +15,7 @@ fi
 tmp="$(mktemp -d)"
 trap 'kill_server_on_exit; rm -rf "$tmp"' EXIT
 
-start_server "$bin" "$tmp" --api-key test-key-123 --threads 2 --cache-blocks 128
+start_server "$bin" "$tmp" --device cpu --api-key test-key-123 --threads 2 --cache-blocks 128
 rc=0
 M3_URL="http://127.0.0.1:$SERVER_PORT" M3_API_KEY=test-key-123 M3_MODEL=tiny \
   python3 "$src/tests/py/test_openai_client.py" -v || rc=$?

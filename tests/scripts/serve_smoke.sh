@@ -13,7 +13,7 @@ soak="${M3_SMOKE_SOAK_SECONDS:-8}"
 
 tmp="$(mktemp -d)"
 trap 'kill_server_on_exit; rm -rf "$tmp"' EXIT
-start_server "$bin" "$tmp" --threads 2 --cache-blocks 12 --max-num-seqs 8 --max-step-tokens 64
+start_server "$bin" "$tmp" --device cpu --threads 2 --cache-blocks 12 --max-num-seqs 8 --max-step-tokens 64
 
 rc=0
 "$bin" smoke --url "http://127.0.0.1:$SERVER_PORT" --concurrency 8,5,4,2,1 --requests 16 --distinct 10 \
