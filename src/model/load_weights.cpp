@@ -3,6 +3,8 @@
 // the entry names.
 #include "model/load_weights.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -62,55 +64,65 @@ ModelWeights allocate_model_weights(const ModelSpec& s) {
   return w;
 }
 
-float* host_destination(ModelWeights& w, const WeightEntry& e) {
-  auto layer = [&]() -> LayerWeights& {
-    M3_CHECK(e.layer >= 0 && size_t(e.layer) < w.layers.size(), "weight {}: layer {} out of range", e.describe(),
-             e.layer);
-    return w.layers[size_t(e.layer)];
+WeightSlot weight_slot(const ModelWeights& w, WeightRole role, int layer, int expert) {
+  auto where = [&] {
+    std::string s(weight_role_name(role));
+    if (layer >= 0) s = fmt::format("layer {} {}", layer, s);
+    if (expert >= 0) s += fmt::format(" expert {}", expert);
+    return s;
   };
-  auto expert = [&]() -> MlpWeights& {
-    auto& L = layer();
-    M3_CHECK(e.expert >= 0 && size_t(e.expert) < L.experts.size(), "weight {}: expert {} out of range", e.describe(),
-             e.expert);
-    return L.experts[size_t(e.expert)];
+  auto L = [&]() -> const LayerWeights& {
+    M3_CHECK(layer >= 0 && size_t(layer) < w.layers.size(), "weight {}: layer {} out of range (model has {})",
+             where(), layer, w.layers.size());
+    return w.layers[size_t(layer)];
   };
-  float* p = nullptr;
-  size_t n = 0;
-  auto mat = [&](Mat& m) { p = m.data.data(); n = m.data.size(); };
-  auto vec = [&](Vec& v) { p = v.data(); n = v.size(); };
-  switch (e.role) {
-    case WeightRole::Embed: mat(w.embed); break;
-    case WeightRole::LmHead: mat(w.lm_head); break;
-    case WeightRole::FinalNorm: vec(w.final_norm); break;
-    case WeightRole::InputNorm: vec(layer().input_norm); break;
-    case WeightRole::PostNorm: vec(layer().post_norm); break;
-    case WeightRole::Wq: mat(layer().wq); break;
-    case WeightRole::Wk: mat(layer().wk); break;
-    case WeightRole::Wv: mat(layer().wv); break;
-    case WeightRole::Wo: mat(layer().wo); break;
-    case WeightRole::QNorm: vec(layer().q_norm); break;
-    case WeightRole::KNorm: vec(layer().k_norm); break;
-    case WeightRole::IndexWq: mat(layer().wiq); break;
-    case WeightRole::IndexWk: mat(layer().wik); break;
-    case WeightRole::IndexQNorm: vec(layer().iq_norm); break;
-    case WeightRole::IndexKNorm: vec(layer().ik_norm); break;
-    case WeightRole::DenseGate: mat(layer().dense.gate); break;
-    case WeightRole::DenseUp: mat(layer().dense.up); break;
-    case WeightRole::DenseDown: mat(layer().dense.down); break;
-    case WeightRole::Router: mat(layer().router); break;
-    case WeightRole::RouterBias: vec(layer().router_bias); break;
-    case WeightRole::ExpertGate: mat(expert().gate); break;
-    case WeightRole::ExpertUp: mat(expert().up); break;
-    case WeightRole::ExpertDown: mat(expert().down); break;
-    case WeightRole::SharedGate: mat(layer().shared.gate); break;
-    case WeightRole::SharedUp: mat(layer().shared.up); break;
-    case WeightRole::SharedDown: mat(layer().shared.down); break;
+  auto X = [&]() -> const MlpWeights& {
+    const auto& l = L();
+    M3_CHECK(expert >= 0 && size_t(expert) < l.experts.size(), "weight {}: expert {} out of range (layer has {})",
+             where(), expert, l.experts.size());
+    return l.experts[size_t(expert)];
+  };
+  auto mat = [](const Mat& m) { return WeightSlot{m.data.data(), m.rows, m.cols}; };
+  auto vec = [](const Vec& v) { return WeightSlot{v.data(), 1, int64_t(v.size())}; };
+  switch (role) {
+    case WeightRole::Embed: return mat(w.embed);
+    case WeightRole::LmHead: return mat(w.lm_head);
+    case WeightRole::FinalNorm: return vec(w.final_norm);
+    case WeightRole::InputNorm: return vec(L().input_norm);
+    case WeightRole::PostNorm: return vec(L().post_norm);
+    case WeightRole::Wq: return mat(L().wq);
+    case WeightRole::Wk: return mat(L().wk);
+    case WeightRole::Wv: return mat(L().wv);
+    case WeightRole::Wo: return mat(L().wo);
+    case WeightRole::QNorm: return vec(L().q_norm);
+    case WeightRole::KNorm: return vec(L().k_norm);
+    case WeightRole::IndexWq: return mat(L().wiq);
+    case WeightRole::IndexWk: return mat(L().wik);
+    case WeightRole::IndexQNorm: return vec(L().iq_norm);
+    case WeightRole::IndexKNorm: return vec(L().ik_norm);
+    case WeightRole::DenseGate: return mat(L().dense.gate);
+    case WeightRole::DenseUp: return mat(L().dense.up);
+    case WeightRole::DenseDown: return mat(L().dense.down);
+    case WeightRole::Router: return mat(L().router);
+    case WeightRole::RouterBias: return vec(L().router_bias);
+    case WeightRole::ExpertGate: return mat(X().gate);
+    case WeightRole::ExpertUp: return mat(X().up);
+    case WeightRole::ExpertDown: return mat(X().down);
+    case WeightRole::SharedGate: return mat(L().shared.gate);
+    case WeightRole::SharedUp: return mat(L().shared.up);
+    case WeightRole::SharedDown: return mat(L().shared.down);
   }
+  M3_FAIL("weight {}: unknown role {}", where(), int(role));
+}
+
+float* host_destination(ModelWeights& w, const WeightEntry& e) {
+  WeightSlot slot = weight_slot(w, e.role, e.layer, e.expert);
   size_t want = 1;
   for (auto d : e.shape) want *= size_t(d);
-  M3_CHECK(p && n == want, "weight {}: destination holds {} values, the entry has {} (weights not allocated for this "
-           "spec?)", e.describe(), n, want);
-  return p;
+  M3_CHECK(slot.data && slot.size() == want,
+           "weight {}: destination holds {} values, the entry has {} (weights not allocated for this spec?)",
+           e.describe(), slot.size(), want);
+  return const_cast<float*>(slot.data);  // w is mutable here: the slot only came back const
 }
 
 ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelSpec& spec) {

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/codecs.h"
+#include "model/load_weights.h"
 #include "model/quantize.h"
 
 namespace m3 {
@@ -182,47 +183,9 @@ class HostSource final : public WeightSource {
   explicit HostSource(const ModelWeights& w) : w_(w) {}
   void read_rows(const WeightKey& k, int64_t row0, int64_t nrows, int64_t col0, int64_t ncols,
                  float* out) const override {
-    const float* base = nullptr;
-    int64_t rows = 0, cols = 0;
-    auto mat = [&](const Mat& m) { base = m.data.data(); rows = m.rows; cols = m.cols; };
-    auto vec = [&](const Vec& v) { base = v.data(); rows = 1; cols = int64_t(v.size()); };
-    auto layer = [&]() -> const LayerWeights& {
-      M3_CHECK(k.layer >= 0 && size_t(k.layer) < w_.layers.size(), "weights: {}: no such layer", key_str(k));
-      return w_.layers[size_t(k.layer)];
-    };
-    auto expert = [&]() -> const MlpWeights& {
-      const auto& Lw = layer();
-      M3_CHECK(k.expert >= 0 && size_t(k.expert) < Lw.experts.size(), "weights: {}: no such expert", key_str(k));
-      return Lw.experts[size_t(k.expert)];
-    };
-    switch (k.role) {
-      case WeightRole::Embed: mat(w_.embed); break;
-      case WeightRole::LmHead: mat(w_.lm_head); break;
-      case WeightRole::FinalNorm: vec(w_.final_norm); break;
-      case WeightRole::InputNorm: vec(layer().input_norm); break;
-      case WeightRole::PostNorm: vec(layer().post_norm); break;
-      case WeightRole::Wq: mat(layer().wq); break;
-      case WeightRole::Wk: mat(layer().wk); break;
-      case WeightRole::Wv: mat(layer().wv); break;
-      case WeightRole::Wo: mat(layer().wo); break;
-      case WeightRole::QNorm: vec(layer().q_norm); break;
-      case WeightRole::KNorm: vec(layer().k_norm); break;
-      case WeightRole::IndexWq: mat(layer().wiq); break;
-      case WeightRole::IndexWk: mat(layer().wik); break;
-      case WeightRole::IndexQNorm: vec(layer().iq_norm); break;
-      case WeightRole::IndexKNorm: vec(layer().ik_norm); break;
-      case WeightRole::DenseGate: mat(layer().dense.gate); break;
-      case WeightRole::DenseUp: mat(layer().dense.up); break;
-      case WeightRole::DenseDown: mat(layer().dense.down); break;
-      case WeightRole::Router: mat(layer().router); break;
-      case WeightRole::RouterBias: vec(layer().router_bias); break;
-      case WeightRole::ExpertGate: mat(expert().gate); break;
-      case WeightRole::ExpertUp: mat(expert().up); break;
-      case WeightRole::ExpertDown: mat(expert().down); break;
-      case WeightRole::SharedGate: mat(layer().shared.gate); break;
-      case WeightRole::SharedUp: mat(layer().shared.up); break;
-      case WeightRole::SharedDown: mat(layer().shared.down); break;
-    }
+    const WeightSlot slot = weight_slot(w_, k.role, k.layer, k.expert);
+    const float* base = slot.data;
+    const int64_t rows = slot.rows, cols = slot.cols;
     M3_CHECK(row0 >= 0 && nrows >= 0 && row0 + nrows <= rows && col0 >= 0 && ncols >= 0 && col0 + ncols <= cols,
              "weights: {}: rows [{}, {}) cols [{}, {}) outside its shape [{}, {}]", key_str(k), row0, row0 + nrows,
              col0, col0 + ncols, rows, cols);
