@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/temp_dir.h"
 #include "core/check.h"
 #include "model/footprint.h"
 #include "model/load_weights.h"
@@ -26,18 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("m3_mt_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using m3::test::TempDir;
 
 // Runs a shell command, returns (exit code, stdout+stderr).
 std::pair<int, std::string> run(const std::string& cmd) {

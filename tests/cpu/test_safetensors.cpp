@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "common/temp_dir.h"
 #include "core/check.h"
 #include "model/safetensors.h"
 
@@ -20,19 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("m3_st_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& n) const { return (path / n).string(); }
-};
+using m3::test::TempDir;
 
 // A file holding exactly: 8-byte length (len, or the header's size) + header + data.
 void write_raw(const std::string& p, const std::string& header, size_t data_bytes, std::optional<uint64_t> len = {}) {

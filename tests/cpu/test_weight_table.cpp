@@ -14,6 +14,7 @@
 #include <span>
 
 #include "common/compare.h"
+#include "common/temp_dir.h"
 #include "core/check.h"
 #include "core/codecs.h"
 #include "model/load_weights.h"
@@ -29,18 +30,7 @@ namespace {
 
 const std::string kFixture = std::string(M3_TEST_DATA) + "/tiny-m3-a";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("m3_wt_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using m3::test::TempDir;
 
 // One tensor of a test checkpoint: its bytes are a constant pattern unless given.
 struct T {
