@@ -21,7 +21,7 @@ namespace {
 
 struct BenchArgs {
   bench::BenchOptions o;
-  std::string batch = "1", context = "8K", prefill, paths, json, chart;
+  std::string batch = "1", context, prefill, paths, json, chart;
 };
 
 std::vector<std::string> split_names(const std::string& s) {
@@ -36,6 +36,8 @@ int run_bench(BenchArgs& a) {
   bench::BenchOptions& o = a.o;
   M3_CHECK(o.device == "cpu" || o.device == "cuda", "bench: --device must be cpu or cuda, got '{}'", o.device);
   o.batches = bench::parse_count_list(a.batch, "--batch");
+  // NOTE: the CPU smoke mode's tiny models hold 4096 positions, so its default context is smaller.
+  if (a.context.empty()) a.context = o.device == "cpu" ? "1K" : "8K";
   o.contexts = bench::parse_count_list(a.context, "--context");
   o.prefills = a.prefill.empty() ? std::vector<int64_t>{} : bench::parse_count_list(a.prefill, "--prefill");
   o.paths = split_names(a.paths);
@@ -75,9 +77,9 @@ RunFn setup_bench(CLI::App& app) {
   app.add_option("--layers", o.layers, "the last N layers of the plan (0 = all)")->capture_default_str();
   app.add_option("--tp-shard", o.tp_shard, "one tensor-parallel rank's shapes of K ranks")->capture_default_str();
   app.add_option("--batch", a->batch, "decode rows per step, comma list (e.g. 1,2,4,8,16)")->capture_default_str();
-  app.add_option("--context", a->context, "tokens cached per row, comma list (e.g. 1K,8K,64K)")->capture_default_str();
+  app.add_option("--context", a->context, "tokens cached per row, comma list (e.g. 1K,8K,64K; default 8K on cuda, 1K on cpu)");
   app.add_option("--prefill", a->prefill, "prefill cases: tokens of one request, comma list (e.g. 8K)");
-  app.add_option("--paths", a->paths, "step paths side by side, comma list (cuda: stream[,native,mono]; cpu: cpu-ref)");
+  app.add_option("--paths", a->paths, "step paths side by side, comma list (cuda: stream, the plain read of the step's bytes; native and mono are not registered yet; cpu: cpu-ref)");
   app.add_option("--steps", o.steps, "timed steps per case (after warm-up)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_flag("--kv-bf16", o.kv_bf16, "K/V cache in BF16 instead of FP8");
