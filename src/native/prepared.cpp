@@ -87,7 +87,9 @@ class ProgressBar {
   std::chrono::steady_clock::time_point t0_;
 };
 
-Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
+}  // namespace
+
+static Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
   Mxfp4Experts e;
   if (m.codes.empty()) return e;
   e.codes = base + m.codes.offset;
@@ -102,7 +104,32 @@ Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
   return e;
 }
 
-}  // namespace
+Fp8Weight arena_fp8_view(const uint8_t* base, const PFp8& m) {
+  return Fp8Weight{base + m.codes.offset, reinterpret_cast<const float*>(base + m.scales.offset), int(m.codes.rows),
+                   int(m.codes.cols), m.codes.row_bytes};
+}
+
+MoeWeights arena_moe_view(const uint8_t* base, const PreparedLayout& L, int l) {
+  M3_CHECK(l >= 0 && size_t(l) < L.layers.size(), "prepared: layer {} out of range ({} layers)", l, L.layers.size());
+  const auto& Y = L.layers[size_t(l)];
+  M3_CHECK(Y.moe, "prepared: layer {} is not a MoE layer", l);
+  const ModelSpec& s = L.spec;
+  MoeWeights w;
+  w.router = DenseWeight{base + Y.router.offset, Y.router.dtype, int(Y.router.rows), int(Y.router.cols),
+                         Y.router.row_bytes};
+  w.router_bias = reinterpret_cast<const float*>(base + Y.router_bias.offset);
+  w.w13 = experts_view(base, Y.w13);
+  w.w2 = experts_view(base, Y.w2);
+  w.shared_in_slot = Y.shared_in_slot;
+  w.shared_w13 = experts_view(base, Y.shared_w13);
+  w.shared_w2 = experts_view(base, Y.shared_w2);
+  w.E = s.num_experts;
+  w.K = s.top_k;
+  w.routed_scale = s.routed_scale;
+  w.alpha = s.swiglu_alpha;
+  w.limit = s.swiglu_limit;
+  return w;
+}
 
 std::unique_ptr<PreparedWeights> PreparedWeights::create(const ModelSpec& spec, const WeightSource& src,
                                                          const PrepareOptions& opt, const PrepareLoadOptions& lo) {
@@ -150,16 +177,8 @@ const PreparedLayerLayout& PreparedWeights::layer(int l) const {
   return layout_.layers[size_t(l)];
 }
 
-Fp8Weight PreparedWeights::qkv(int l) const {
-  const auto& Y = layer(l);
-  return Fp8Weight{at(Y.qkv.codes), reinterpret_cast<const float*>(at(Y.qkv.scales)), int(Y.qkv.codes.rows),
-                   int(Y.qkv.codes.cols), Y.qkv.codes.row_bytes};
-}
-Fp8Weight PreparedWeights::o(int l) const {
-  const auto& Y = layer(l);
-  return Fp8Weight{at(Y.o.codes), reinterpret_cast<const float*>(at(Y.o.scales)), int(Y.o.codes.rows),
-                   int(Y.o.codes.cols), Y.o.codes.row_bytes};
-}
+Fp8Weight PreparedWeights::qkv(int l) const { return arena_fp8_view(base_, layer(l).qkv); }
+Fp8Weight PreparedWeights::o(int l) const { return arena_fp8_view(base_, layer(l).o); }
 LayerNormWeights PreparedWeights::norms(int l) const {
   const auto& Y = layer(l);
   auto v = [&](const PTensor& t) { return reinterpret_cast<const uint16_t*>(at(t)); };
@@ -178,25 +197,7 @@ DenseWeight PreparedWeights::dense_down(int l) const {
   M3_CHECK(!Y.moe, "prepared: layer {} has no dense MLP", l);
   return dense_view(at(Y.dense_down), Y.dense_down);
 }
-MoeWeights PreparedWeights::moe(int l) const {
-  const auto& Y = layer(l);
-  M3_CHECK(Y.moe, "prepared: layer {} is not a MoE layer", l);
-  const ModelSpec& s = layout_.spec;
-  MoeWeights w;
-  w.router = dense_view(at(Y.router), Y.router);
-  w.router_bias = reinterpret_cast<const float*>(at(Y.router_bias));
-  w.w13 = experts_view(base_, Y.w13);
-  w.w2 = experts_view(base_, Y.w2);
-  w.shared_in_slot = Y.shared_in_slot;
-  w.shared_w13 = experts_view(base_, Y.shared_w13);
-  w.shared_w2 = experts_view(base_, Y.shared_w2);
-  w.E = s.num_experts;
-  w.K = s.top_k;
-  w.routed_scale = s.routed_scale;
-  w.alpha = s.swiglu_alpha;
-  w.limit = s.swiglu_limit;
-  return w;
-}
+MoeWeights PreparedWeights::moe(int l) const { return arena_moe_view(base_, layout_, l); }
 DenseWeight PreparedWeights::embed() const { return dense_view(at(layout_.embed), layout_.embed); }
 DenseWeight PreparedWeights::lm_head() const { return dense_view(at(layout_.lm_head), layout_.lm_head); }
 const uint16_t* PreparedWeights::final_norm() const {

@@ -29,6 +29,11 @@ struct LayerNormWeights {  // BF16 vectors (iq / ik: sparse layers only, else nu
   const uint16_t* ik = nullptr;
 };
 
+// Typed views into one arena (device base address + its layout). PreparedWeights uses them, and so
+// does anything else that owns an arena of the same layout (the bench fills one on the device).
+Fp8Weight arena_fp8_view(const uint8_t* base, const PFp8& m);
+MoeWeights arena_moe_view(const uint8_t* base, const PreparedLayout& layout, int layer);
+
 class PreparedWeights {
  public:
   // Plans, allocates (one cudaMalloc on the current device) and fills from `src`.

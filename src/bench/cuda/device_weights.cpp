@@ -6,6 +6,7 @@
 
 #include "bench/cuda/probes.h"
 #include "native/cuda_check.h"
+#include "native/prepared.h"
 
 namespace m3::bench {
 
@@ -25,21 +26,6 @@ void fill_tensor(uint8_t* base, const PTensor& t, FillFormat f, float lo, float 
     fill_random(base + t.offset, 1, rows * used, rows * used, f, lo, hi, seed, s);
   else
     fill_random(base + t.offset, rows, t.row_bytes, used, f, lo, hi, seed, s);
-}
-
-native::Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
-  native::Mxfp4Experts e;
-  if (m.codes.empty()) return e;
-  e.codes = base + m.codes.offset;
-  e.scales = base + m.scales.offset;
-  e.ld = m.codes.row_bytes;
-  e.sld = m.scales.row_bytes;
-  e.slot_codes = int64_t(m.codes.slot_bytes());
-  e.slot_scales = int64_t(m.scales.slot_bytes());
-  e.slots = m.codes.slots;
-  e.rows = int(m.codes.rows);
-  e.cols = int(m.codes.cols);
-  return e;
 }
 
 }  // namespace
@@ -102,35 +88,8 @@ DeviceArena::~DeviceArena() {
   if (base_) cudaFree(base_);
 }
 
-native::Fp8Weight DeviceArena::qkv(int l) const {
-  const auto& Y = layout_.layers.at(size_t(l));
-  return native::Fp8Weight{base_ + Y.qkv.codes.offset, reinterpret_cast<const float*>(base_ + Y.qkv.scales.offset),
-                           int(Y.qkv.codes.rows), int(Y.qkv.codes.cols), Y.qkv.codes.row_bytes};
-}
-native::Fp8Weight DeviceArena::o(int l) const {
-  const auto& Y = layout_.layers.at(size_t(l));
-  return native::Fp8Weight{base_ + Y.o.codes.offset, reinterpret_cast<const float*>(base_ + Y.o.scales.offset),
-                           int(Y.o.codes.rows), int(Y.o.codes.cols), Y.o.codes.row_bytes};
-}
-native::MoeWeights DeviceArena::moe(int l) const {
-  const auto& Y = layout_.layers.at(size_t(l));
-  M3_CHECK(Y.moe, "bench: layer {} is not a MoE layer", l);
-  const ModelSpec& sp = layout_.spec;
-  native::MoeWeights w;
-  w.router = native::DenseWeight{base_ + Y.router.offset, Y.router.dtype, int(Y.router.rows), int(Y.router.cols),
-                                 Y.router.row_bytes};
-  w.router_bias = reinterpret_cast<const float*>(base_ + Y.router_bias.offset);
-  w.w13 = experts_view(base_, Y.w13);
-  w.w2 = experts_view(base_, Y.w2);
-  w.shared_in_slot = Y.shared_in_slot;
-  w.shared_w13 = experts_view(base_, Y.shared_w13);
-  w.shared_w2 = experts_view(base_, Y.shared_w2);
-  w.E = sp.num_experts;
-  w.K = sp.top_k;
-  w.routed_scale = sp.routed_scale;
-  w.alpha = sp.swiglu_alpha;
-  w.limit = sp.swiglu_limit;
-  return w;
-}
+native::Fp8Weight DeviceArena::qkv(int l) const { return native::arena_fp8_view(base_, layout_.layers.at(size_t(l)).qkv); }
+native::Fp8Weight DeviceArena::o(int l) const { return native::arena_fp8_view(base_, layout_.layers.at(size_t(l)).o); }
+native::MoeWeights DeviceArena::moe(int l) const { return native::arena_moe_view(base_, layout_, l); }
 
 }  // namespace m3::bench
