@@ -8,16 +8,24 @@
 //
 // Key list of (t, g): the selected blocks in their order (ascending), bs keys each, key k ->
 // block sel[k / bs], offset k % bs; keys past p (the local block's future, or a block beyond p)
-// are masked. Dense: keys 0..p. The list is cut into 32-key tiles and tiles into `num_splits`
-// contiguous ranges; work item w = (t * KV + g) * S + s handles range s of (t, g) with a thread
-// block of 8 warps: warp w owns heads w and w+8 of the group (G <= 16), keeps their online
-// softmax state (max m, sum l) and output accumulators. Tiles of K and V rows are copied into
-// shared memory with cp.async, double-buffered (the next tile loads while this one computes);
-// per tile: lane = key for q.k (q and K from shared memory), warp reductions for the tile max /
-// sum, then lane = channel slice for p.V (probabilities broadcast by shuffle).
-// S == 1: out[t, h, :] = v_scale * acc / l directly. S > 1: partial (acc, m, l) per split go to a
-// workspace and attention_combine_work merges them:
-//   M = max_s m_s, L = sum_s e^{m_s - M} l_s, out = v_scale * sum_s e^{m_s - M} acc_s / L.
+// are masked. Dense: keys 0..p. The list is cut into 32-key tiles, and tiles into CHUNKS of
+// `tiles_per_chunk` tiles (a constant of the backend, never of the batch).
+//
+// Batch invariance: the result of (t, g) is defined chunk by chunk, whatever the launch shape:
+// each chunk c gets its own online-softmax state (m_c, l_c, acc_c) from a fresh start, and the
+// chunks are folded in chunk order by attention_fold (prefix max M_c = max(M_{c-1}, m_c),
+// a_c = e^{M_{c-1} - M_c}, b_c = e^{m_c - M_c}, L_c = L a_c + l_c b_c, A_c = A a_c + acc_c b_c,
+// explicit roundings, no contraction), out = A * (v_scale / L). Two launch modes give the same
+// bits: S == 1, one thread block per (t, g) walks all chunks and folds in registers (prefill,
+// big batches, no workspace); S > 1, block s of (t, g) takes chunks s, s + S, ..., writes each
+// chunk's state to the workspace, and attention_combine_work folds them in chunk order (small
+// decode batches, to fill the GPU). So a row's output never depends on T, S or the other rows.
+// Work item w = (t * KV + g) * S + s, a thread block of 8 warps: warp w owns heads w and w+8 of
+// the group (G <= 16), keeps their online softmax state (max m, sum l) and output accumulators.
+// Tiles of K and V rows are copied into shared memory with cp.async, double-buffered (the next
+// tile of the block's list loads while this one computes); per tile: lane = key for q.k (q and K
+// from shared memory), warp reductions for the tile max / sum, then lane = channel slice for p.V
+// (probabilities broadcast by shuffle).
 // Padding rows (position -1) produce zeros.
 #pragma once
 #include <cmath>
@@ -47,11 +55,31 @@ struct AttentionParams {
   int topk = 0;
   int num_tokens = 0, num_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
   float softmax_scale = 1;
-  int num_splits = 1;
-  float* out = nullptr;      // [T, H*D]
-  float* part_o = nullptr;   // [T, KV, S, G, D]   (S > 1)
-  float* part_ml = nullptr;  // [T, KV, S, G, 2]   (S > 1)
+  int num_splits = 1;          // S: thread blocks per (t, g)
+  int tiles_per_chunk = 4;     // P: 32-key tiles per chunk (fixed per backend: the numerics depend on it)
+  int max_chunks = 1;          // C: chunks of the longest key list of the launch (workspace stride)
+  float* out = nullptr;        // [T, H*D]
+  float* part_o = nullptr;     // [T, KV, C, G, D]   (S > 1)
+  float* part_ml = nullptr;    // [T, KV, C, G, 2]   (S > 1)
+  int32_t* part_n = nullptr;   // [T, KV] chunks of (t, g) (S > 1)
 };
+
+// One fold step of the chunk states (see the header): from the running max Mprev and chunk max m,
+// the new max and the two weights. Both launch modes call exactly this, so they round alike.
+struct FoldWeights {
+  float M, a, b;
+};
+__device__ __forceinline__ FoldWeights attention_fold_weights(float Mprev, float m) {
+  const float M = fmaxf(Mprev, m);
+  if (M == -INFINITY) return {M, 0.f, 0.f};  // nothing visible yet: stay empty
+  return {M, expf(Mprev - M), expf(m - M)};  // Mprev = -inf -> a = 0; m = -inf -> b = 0
+}
+__device__ __forceinline__ float attention_fold(float run, float part, const FoldWeights& f) {
+  return __fmaf_rn(run, f.a, __fmul_rn(part, f.b));
+}
+__device__ __forceinline__ float attention_out_scale(float L, float v_scale) {
+  return L > 0.f ? __fdiv_rn(v_scale, L) : 0.f;
+}
 
 // Shared memory of one work item: q [G][D] fp32, then two buffers of {K tile, V tile: 32 rows of
 // row_bytes, slots: 32 int32}. Rows are padded by 16 bytes so that lane-per-row 16-byte reads
@@ -102,8 +130,16 @@ __device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const At
     }
   }
   const int n_tiles = (NK + kAttnTile - 1) / kAttnTile;
-  const int tps = (n_tiles + S - 1) / S;
-  const int tile_begin = s * tps, tile_end = min(n_tiles, tile_begin + tps);
+  const int P = p.tiles_per_chunk;
+  const int n_chunks = (n_tiles + P - 1) / P;
+  if (S > 1 && s == 0 && tid == 0) p.part_n[int64_t(t) * KV + g] = n_chunks;
+  // This block's tiles: those of chunks s, s + S, ... in order. next_tile(-1) is the first.
+  auto next_tile = [&](int tile) -> int {
+    if (tile < 0) return s < n_chunks ? s * P : -1;
+    const int c = tile / P;
+    if (tile + 1 < min(n_tiles, (c + 1) * P)) return tile + 1;
+    return c + S < n_chunks ? (c + S) * P : -1;
+  };
 
   // Asynchronous copy of one tile's K and V rows into buffer `buf`; masked keys are zero-filled
   // (never read from memory) and get slot -1.
@@ -129,7 +165,8 @@ __device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const At
     }
     cp_async_commit();
   };
-  if (tile_begin < tile_end) issue(tile_begin, 0);
+  const int first_tile = next_tile(-1);
+  if (first_tile >= 0) issue(first_tile, 0);
 
   if (pos >= 0) {
     const float4* qg = reinterpret_cast<const float4*>(p.q + (int64_t(t) * p.num_heads + int64_t(g) * G) * D);
@@ -140,21 +177,61 @@ __device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const At
 
   const float qk_scale = p.k_scale * p.softmax_scale;
   const bool pv_lane = lane * kEpl < D;
+  // Chunk state (m, l, acc) and, in the S == 1 mode, the running fold (Mr, Lr, Ar).
   float m[kAttnHeadsPerWarp], l[kAttnHeadsPerWarp], acc[kAttnHeadsPerWarp][kEpl];
+  float Mr[kAttnHeadsPerWarp], Lr[kAttnHeadsPerWarp], Ar[kAttnHeadsPerWarp][kEpl];
+  auto reset_chunk = [&] {
+#pragma unroll
+    for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
+      m[j] = -INFINITY;
+      l[j] = 0.f;
+#pragma unroll
+      for (int e = 0; e < kEpl; ++e) acc[j][e] = 0.f;
+    }
+  };
+  reset_chunk();
 #pragma unroll
   for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
-    m[j] = -INFINITY;
-    l[j] = 0.f;
+    Mr[j] = -INFINITY;
+    Lr[j] = 0.f;
 #pragma unroll
-    for (int e = 0; e < kEpl; ++e) acc[j][e] = 0.f;
+    for (int e = 0; e < kEpl; ++e) Ar[j][e] = 0.f;
   }
+  // End of chunk c: fold it (S == 1) or write its state (S > 1), then start afresh.
+  auto finish_chunk = [&](int c) {
+#pragma unroll
+    for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
+      const int h = warp + kAttnWarps * j;
+      if (h >= G) continue;
+      if (S == 1) {
+        const FoldWeights f = attention_fold_weights(Mr[j], m[j]);
+        Lr[j] = attention_fold(Lr[j], l[j], f);
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e) Ar[j][e] = attention_fold(Ar[j][e], acc[j][e], f);
+        Mr[j] = f.M;
+      } else {
+        const int64_t row = ((int64_t(t) * KV + g) * p.max_chunks + c) * G + h;
+        float* o = p.part_o + row * D + lane * kEpl;
+        if (pv_lane) {
+#pragma unroll
+          for (int e = 0; e < kEpl; ++e) o[e] = acc[j][e];
+        }
+        if (lane == 0) {
+          p.part_ml[row * 2] = m[j];
+          p.part_ml[row * 2 + 1] = l[j];
+        }
+      }
+    }
+    reset_chunk();
+  };
   __syncthreads();  // q_s
 
-  for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int buf = (tile - tile_begin) & 1;
+  int buf = 0;
+  for (int tile = first_tile; tile >= 0;) {
+    const int next = next_tile(tile);
     // Double buffering: the next tile's copy is in flight while this one is computed.
-    if (tile + 1 < tile_end) {
-      issue(tile + 1, buf ^ 1);
+    if (next >= 0) {
+      issue(next, buf ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -228,30 +305,22 @@ __device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const At
       }
     }
     __syncthreads();  // this buffer is refilled two tiles later
+    if (next < 0 || next / P != tile / P) finish_chunk(tile / P);
+    tile = next;
+    buf ^= 1;
   }
 
-  // Results.
+  // Results of the S == 1 mode (padding rows and empty lists: L = 0 -> zeros).
+  if (S == 1) {
 #pragma unroll
-  for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
-    const int h = warp + kAttnWarps * j;
-    if (h >= G) continue;
-    if (S == 1) {
-      const float inv = l[j] > 0.f ? p.v_scale / l[j] : 0.f;
+    for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
+      const int h = warp + kAttnWarps * j;
+      if (h >= G) continue;
+      const float inv = attention_out_scale(Lr[j], p.v_scale);
       float* o = p.out + (int64_t(t) * p.num_heads + int64_t(g) * G + h) * D + lane * kEpl;
       if (pv_lane) {
 #pragma unroll
-        for (int e = 0; e < kEpl; ++e) o[e] = acc[j][e] * inv;
-      }
-    } else {
-      const int64_t row = ((int64_t(t) * KV + g) * S + s) * G + h;
-      float* o = p.part_o + row * D + lane * kEpl;
-      if (pv_lane) {
-#pragma unroll
-        for (int e = 0; e < kEpl; ++e) o[e] = acc[j][e];
-      }
-      if (lane == 0) {
-        p.part_ml[row * 2] = m[j];
-        p.part_ml[row * 2 + 1] = l[j];
+        for (int e = 0; e < kEpl; ++e) o[e] = __fmul_rn(Ar[j][e], inv);
       }
     }
   }
@@ -262,54 +331,75 @@ __host__ __device__ inline int attention_combine_chunks(int group, int head_dim,
   return (group * head_dim + nthreads - 1) / nthreads;
 }
 
-// One thread block per (token, KV group, chunk of nthreads outputs): w = (t * KV + g) * chunks + c,
-// `nthreads` threads (a multiple of 32), smem: S * G floats. Merges the S partial results: one
-// warp per head turns (m_s, l_s) into weights e^{m_s - M} v_scale / L in shared memory, then each
-// thread sums its output channel over the splits, the loads of 16 splits issued before their use.
+// One thread block per (token, KV group, slice of nthreads outputs): w = (t * KV + g) * slices + c,
+// `nthreads` threads (a multiple of 32), smem: attention_combine_smem_floats(G, C) floats. Folds
+// the n chunk states of (t, g) in chunk order exactly as the S == 1 mode does: one warp per head
+// computes the prefix maxima and the weights (a_c, b_c) of every chunk (in parallel; a max is
+// exact in any order) and the sequential L chain, then each thread folds its output channel over
+// the chunks, the loads of 16 chunks issued before their use.
+__host__ __device__ inline int attention_combine_smem_floats(int group, int max_chunks) {
+  return group * (2 * max_chunks + 1);
+}
 __device__ inline void attention_combine_work(int64_t w, int tid, int nthreads, float* smem, const AttentionParams& p) {
-  const int H = p.num_heads, KV = p.kv_heads, G = H / KV, D = p.head_dim, S = p.num_splits;
-  const int chunks = attention_combine_chunks(G, D, nthreads);
-  const int c = int(w % chunks);
-  const int t = int(w / chunks / KV), g = int((w / chunks) % KV);
+  const int H = p.num_heads, KV = p.kv_heads, G = H / KV, D = p.head_dim, C = p.max_chunks;
+  const int slices = attention_combine_chunks(G, D, nthreads);
+  const int c = int(w % slices);
+  const int t = int(w / slices / KV), g = int((w / slices) % KV);
   const int lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
-  const int64_t base = (int64_t(t) * KV + g) * S;  // row of split s, head h: (base + s) * G + h
+  const int64_t base = (int64_t(t) * KV + g) * C;  // state of chunk k, head h: (base + k) * G + h
   float* o = p.out + (int64_t(t) * H + int64_t(g) * G) * D;
   const int i = c * nthreads + tid;  // this thread's output channel (h, d) = (i / D, i % D)
-  if (p.positions[t] < 0) {            // padding row
-    if (i < G * D) o[i] = 0.f;
-    return;
-  }
-  float* wts = smem;  // [G][S]
+  const int n = p.positions[t] < 0 ? 0 : p.part_n[int64_t(t) * KV + g];
+  float* wa = smem;                  // [G][C]
+  float* wb = smem + G * C;          // [G][C]
+  float* inv = smem + 2 * G * C;     // [G]
   for (int h = warp; h < G; h += nwarps) {
-    float M = -INFINITY;
-    for (int s = lane; s < S; s += 32) M = fmaxf(M, p.part_ml[((base + s) * G + h) * 2]);
-    M = warp_max(M);
-    float L = 0.f;
-    for (int s = lane; s < S; s += 32) {
-      const int64_t r = (base + s) * G + h;
-      L += M == -INFINITY ? 0.f : expf(p.part_ml[r * 2] - M) * p.part_ml[r * 2 + 1];  // empty split: 0
+    float Mprev = -INFINITY, L = 0.f;  // lane 0's running values
+    for (int k0 = 0; k0 < n; k0 += 32) {
+      const int k = k0 + lane;
+      const int64_t r = (base + k) * G + h;
+      const float mk = k < n ? p.part_ml[r * 2] : -INFINITY;
+      const float lk = k < n ? p.part_ml[r * 2 + 1] : 0.f;
+      // inclusive prefix max over the lanes, continuing from the previous 32 chunks
+      float M = mk;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const float o2 = __shfl_up_sync(0xffffffffu, M, d);
+        if (lane >= d) M = fmaxf(M, o2);
+      }
+      const float Mcarry = __shfl_sync(0xffffffffu, Mprev, 0);
+      M = fmaxf(M, Mcarry);
+      float Mbefore = __shfl_up_sync(0xffffffffu, M, 1);
+      if (lane == 0) Mbefore = Mcarry;
+      const FoldWeights f = attention_fold_weights(Mbefore, mk);
+      if (k < n) {
+        wa[h * C + k] = f.a;
+        wb[h * C + k] = f.b;
+      }
+      // the L chain, in chunk order (lane 0)
+      for (int j = 0; j < 32 && k0 + j < n; ++j) {
+        const float aj = __shfl_sync(0xffffffffu, f.a, j), bj = __shfl_sync(0xffffffffu, f.b, j);
+        const float lj = __shfl_sync(0xffffffffu, lk, j);
+        L = attention_fold(L, lj, FoldWeights{0.f, aj, bj});
+      }
+      Mprev = __shfl_sync(0xffffffffu, M, 31);
     }
-    L = warp_sum(L);
-    const float scale = L > 0.f ? p.v_scale / L : 0.f;
-    for (int s = lane; s < S; s += 32) {
-      const float m = p.part_ml[((base + s) * G + h) * 2];
-      wts[h * S + s] = m == -INFINITY ? 0.f : expf(m - M) * scale;
-    }
+    if (lane == 0) inv[h] = attention_out_scale(L, p.v_scale);
   }
   __syncthreads();
   if (i >= G * D) return;
   const int h = i / D, d = i % D;
-  const float* po = p.part_o + (base * G + h) * D + d;  // split s at + s * G * D (always written)
+  const float* po = p.part_o + (base * G + h) * D + d;  // chunk k at + k * G * D
   float a = 0.f;
-  for (int s0 = 0; s0 < S; s0 += 16) {
+  for (int k0 = 0; k0 < n; k0 += 16) {
     float v[16];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = s0 + j < S ? po[int64_t(s0 + j) * G * D] : 0.f;
+    for (int j = 0; j < 16; ++j) v[j] = k0 + j < n ? po[int64_t(k0 + j) * G * D] : 0.f;
 #pragma unroll
     for (int j = 0; j < 16; ++j)
-      if (s0 + j < S) a = fmaf(wts[h * S + s0 + j], v[j], a);
+      if (k0 + j < n) a = attention_fold(a, v[j], FoldWeights{0.f, wa[h * C + k0 + j], wb[h * C + k0 + j]});
   }
-  o[i] = a;
+  o[i] = __fmul_rn(a, inv[h]);
 }
 
 }  // namespace m3::kernels

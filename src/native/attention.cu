@@ -1,5 +1,7 @@
-// Attention launchers: one 128-thread block per (token, KV group, split), one instantiation per
-// (cache dtype, head_dim in {64, 128}); a combine kernel (one block per token x KV group x 256 outputs) when S > 1.
+// Attention launchers: one 256-thread block per (token, KV group, split), one instantiation per
+// (cache dtype, head_dim in {64, 128}); a combine kernel (one block per token x KV group x 256
+// outputs) that folds the chunk states when S > 1.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -48,18 +50,18 @@ int attention_max_tiles(bool sparse, int topk, int block_size, int max_context) 
   return int((keys + kernels::kAttnTile - 1) / kernels::kAttnTile);
 }
 
-int attention_splits(int num_tokens, int kv_heads, int max_tiles_per_row, int num_sms) {
+int attention_splits(int num_tokens, int kv_heads, int max_chunks, int num_sms) {
   int64_t rows = int64_t(num_tokens) * kv_heads;
-  if (rows <= 0 || max_tiles_per_row <= 1) return 1;
+  if (rows <= 0 || max_chunks <= 1) return 1;
   int64_t want = (int64_t(4) * num_sms + rows - 1) / rows;
-  int64_t cap = (max_tiles_per_row + 1) / 2;  // at least two tiles per split
-  int64_t s = want < cap ? want : cap;
+  int64_t s = want < max_chunks ? want : max_chunks;
   return int(s < 1 ? 1 : s);
 }
 
-size_t attention_workspace_bytes(int num_tokens, int num_heads, int head_dim, int num_splits) {
-  if (num_splits <= 1) return 0;
-  return size_t(num_tokens) * size_t(num_heads) * size_t(num_splits) * (size_t(head_dim) + 2) * sizeof(float);
+size_t attention_workspace_bytes(int num_tokens, int num_heads, int kv_heads, int head_dim, int max_chunks) {
+  if (max_chunks <= 1) return 0;
+  return size_t(num_tokens) * size_t(num_heads) * size_t(max_chunks) * (size_t(head_dim) + 2) * sizeof(float) +
+         size_t(num_tokens) * size_t(kv_heads) * sizeof(int32_t);
 }
 
 int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, const KvLayerView& cache,
@@ -77,7 +79,9 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
   M3_CHECK(!a.selected || a.topk > 0, "attention: selected blocks given with topk {}", a.topk);
   if (T == 0) return 1;
   const int max_tiles = attention_max_tiles(a.selected != nullptr, a.topk, cache.block_size, meta.max_context);
-  int S = a.num_splits > 0 ? a.num_splits : attention_splits(T, KV, max_tiles, device_sms());
+  const int P = a.tiles_per_chunk > 0 ? a.tiles_per_chunk : kDefaultTilesPerChunk;
+  const int C = attention_chunks(max_tiles, P);
+  int S = a.num_splits > 0 ? std::min(a.num_splits, std::max(C, 1)) : attention_splits(T, KV, C, device_sms());
   const int64_t blocks = int64_t(T) * KV * S;
   M3_CHECK(blocks < (int64_t(1) << 31), "attention: {} work items exceed the grid", blocks);
 
@@ -100,13 +104,16 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
   p.block_size = cache.block_size;
   p.softmax_scale = a.softmax_scale > 0 ? a.softmax_scale : float(1.0 / std::sqrt(double(D)));
   p.num_splits = S;
+  p.tiles_per_chunk = P;
+  p.max_chunks = C;
   p.out = a.out;
   if (S > 1) {
-    size_t need = attention_workspace_bytes(T, a.num_heads, D, S);
-    M3_CHECK(a.workspace && a.workspace_bytes >= need, "attention: workspace {} bytes, {} splits need {}",
-             a.workspace_bytes, S, need);
+    size_t need = attention_workspace_bytes(T, a.num_heads, KV, D, C);
+    M3_CHECK(a.workspace && a.workspace_bytes >= need, "attention: workspace {} bytes, {} chunks need {}",
+             a.workspace_bytes, C, need);
     p.part_o = static_cast<float*>(a.workspace);
-    p.part_ml = p.part_o + size_t(T) * a.num_heads * S * D;
+    p.part_ml = p.part_o + size_t(T) * a.num_heads * C * D;
+    p.part_n = reinterpret_cast<int32_t*>(p.part_ml + size_t(T) * a.num_heads * C * 2);
   }
   const int group = a.num_heads / KV;
   using kernels::CacheBf16;
@@ -122,8 +129,9 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
   }
   M3_LAUNCH_CHECK(stream);
   if (S > 1) {
-    const size_t wsmem = size_t(S) * group * sizeof(float);
-    M3_CHECK(wsmem <= 48 * 1024, "attention: {} splits x {} heads exceed the combine kernel's shared memory", S, group);
+    const size_t wsmem = size_t(kernels::attention_combine_smem_floats(group, C)) * sizeof(float);
+    M3_CHECK(wsmem <= 48 * 1024, "attention: {} chunks x {} heads exceed the combine kernel's shared memory (raise "
+             "tiles_per_chunk)", C, group);
     const int64_t cblocks = int64_t(T) * KV * kernels::attention_combine_chunks(group, D, kCombineThreads);
     attention_combine_kernel<<<unsigned(cblocks), kCombineThreads, wsmem, stream>>>(p);
     M3_LAUNCH_CHECK(stream);

@@ -16,18 +16,27 @@ struct AttentionArgs {
   const int32_t* selected = nullptr;  // [T, KV, topk] from indexer_select; null = dense causal
   int topk = 0;
   float softmax_scale = 0;   // 0 = 1 / sqrt(head_dim)
-  int num_splits = 0;        // 0 = chosen from the shape and the device (attention_splits)
+  int num_splits = 0;        // thread blocks per (token, KV group); 0 = attention_splits(...)
+  int tiles_per_chunk = 0;   // 32-key tiles per chunk; 0 = kDefaultTilesPerChunk. Fixes the numerics:
+                             // keep it constant across steps for batch-invariant results.
   void* workspace = nullptr; // attention_workspace_bytes(...) bytes (unused when the split count is 1)
   size_t workspace_bytes = 0;
   float* out = nullptr;      // [T, H*D] fp32
 };
 
-// The split count used when AttentionArgs::num_splits is 0: enough (token, group, split) work
-// items to fill the device about four times over, at least two 32-key tiles per split.
-int attention_splits(int num_tokens, int kv_heads, int max_tiles_per_row, int num_sms);
+inline constexpr int kDefaultTilesPerChunk = 4;  // 128 keys: one index block of the real model
+
+// Thread blocks per (token, KV group) used when AttentionArgs::num_splits is 0: enough work items
+// to fill the device about four times over, at most one per chunk. Any value gives the same
+// output bits (kernels/attention.cuh): only speed and workspace depend on it.
+int attention_splits(int num_tokens, int kv_heads, int max_chunks, int num_sms);
 // Longest key list of any row, in 32-key tiles (sparse: topk blocks; dense: max_context).
 int attention_max_tiles(bool sparse, int topk, int block_size, int max_context);
-size_t attention_workspace_bytes(int num_tokens, int num_heads, int head_dim, int num_splits);
+inline int attention_chunks(int max_tiles, int tiles_per_chunk) {
+  return (max_tiles + tiles_per_chunk - 1) / tiles_per_chunk;
+}
+// Workspace of a launch with more than one block per (token, KV group): every chunk's state.
+size_t attention_workspace_bytes(int num_tokens, int num_heads, int kv_heads, int head_dim, int max_chunks);
 
 // Returns the split count it used.
 int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, const KvLayerView& cache,

@@ -302,13 +302,22 @@ class CudaBackendImpl final : public CudaBackend {
       idx_ws_ = DevBuf(indexer_workspace_bytes(int(T), s.index_heads, opt_.max_model_len, s.index_block));
       sel_ = DevBuf(size_t(T) * size_t(s.num_kv_heads) * size_t(s.index_topk) * 4);
     }
-    // Attention split-K workspace: the most any pass can ask for (contexts <= max_model_len; the
-    // split count grows with the key count, so the bound is at max_model_len).
+    // Attention chunk sizes: fixed per backend from max_model_len (at most kMaxAttnChunks chunks per
+    // row), so a row's attention bits never depend on the batch (kernels/attention.cuh).
+    for (bool sparse : {false, true}) {
+      const int tiles = attention_max_tiles(sparse, s.index_topk, s.index_block, opt_.max_model_len);
+      tiles_per_chunk_[sparse] = std::max(kDefaultTilesPerChunk, (tiles + kMaxAttnChunks - 1) / kMaxAttnChunks);
+    }
+    // Workspace of the multi-block mode: the most any pass of <= T rows can ask for, up to a cap;
+    // a pass that would need more runs one block per (token, KV group) instead (same bits).
     size_t aws = 0;
     for (int t = 1; t <= T; ++t)
       for (bool sparse : {false, true}) {
         if (sparse && s.num_sparse_layers() == 0) continue;
-        aws = std::max(aws, attention_workspace_bytes(t, s.num_heads, s.head_dim, splits(sparse, t, opt_.max_model_len)));
+        const int C = chunks(sparse, opt_.max_model_len);
+        if (attention_splits(t, s.num_kv_heads, C, sms_) <= 1) continue;
+        const size_t need = attention_workspace_bytes(t, s.num_heads, s.num_kv_heads, s.head_dim, C);
+        if (need <= kMaxAttnWorkspace) aws = std::max(aws, need);
       }
     attn_ws_ = DevBuf(std::max<size_t>(aws, 16));
   }
@@ -342,13 +351,17 @@ class CudaBackendImpl final : public CudaBackend {
     }
   }
 
-  // Split count of the attention at T rows whose longest context is ctx (clamped to the workspace).
-  int splits(bool sparse, int T, int ctx) const {
+  // Chunks of the longest key list at context ctx, and the attention's blocks per (token, KV group)
+  // at T rows: 1 when the workspace cannot hold the multi-block mode's chunk states.
+  int chunks(bool sparse, int ctx) const {
     const int tiles = attention_max_tiles(sparse, spec_.index_topk, spec_.index_block, std::max(ctx, 1));
-    int S = attention_splits(T, spec_.num_kv_heads, tiles, sms_);
-    while (S > 1 && attn_ws_.bytes() &&
-           attention_workspace_bytes(T, spec_.num_heads, spec_.head_dim, S) > attn_ws_.bytes())
-      --S;
+    return attention_chunks(tiles, tiles_per_chunk_[sparse]);
+  }
+  int splits(bool sparse, int T, int ctx) const {
+    const int C = chunks(sparse, ctx);
+    const int S = attention_splits(T, spec_.num_kv_heads, C, sms_);
+    if (S > 1 && attention_workspace_bytes(T, spec_.num_heads, spec_.num_kv_heads, spec_.head_dim, C) > attn_ws_.bytes())
+      return 1;
     return S;
   }
 
@@ -432,6 +445,7 @@ class CudaBackendImpl final : public CudaBackend {
       aa.selected = sel;
       aa.topk = sel ? s.index_topk : 0;
       aa.num_splits = sel ? S_sparse : S_dense;
+      aa.tiles_per_chunk = tiles_per_chunk_[sel != nullptr];
       aa.workspace = attn_ws_.get();
       aa.workspace_bytes = attn_ws_.bytes();
       aa.out = o_.get<float>();
@@ -696,6 +710,9 @@ class CudaBackendImpl final : public CudaBackend {
   std::vector<LayerNormWeights> norms_;
   std::vector<MoeWeights> moe_w_;
   std::vector<std::array<const float*, 4>> qk_norms_;  // q, k, iq, ik (fp32 device)
+  static constexpr int kMaxAttnChunks = 256;                   // chunk states per row (combine smem)
+  static constexpr size_t kMaxAttnWorkspace = size_t(512) << 20;  // bytes for the multi-block mode
+  int tiles_per_chunk_[2] = {kDefaultTilesPerChunk, kDefaultTilesPerChunk};  // [dense, sparse]
   DevBuf x_, f_, a_, proj_, q_, o_, iq_, ids_, rows_, gather_, logits_, h_, moe_ws_, idx_ws_, sel_, attn_ws_, norm_f32_;
   std::vector<int32_t> written_;  // per cache slot: the position it holds, -1 = nothing
   std::array<Graph, kMaxBuckets> graphs_{};

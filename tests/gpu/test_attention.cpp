@@ -2,7 +2,9 @@
 // decoded K/V cache: block-sparse over random block selections (local block always in, some rows
 // with fewer than topk blocks) and dense causal; decode rows, prefill chunks, contexts below one
 // block, at and just past block edges and beyond topk blocks; several split counts (the combine
-// path included); padding rows give zeros; shuffled block tables give bitwise the same output.
+// path included) and chunk sizes; padding rows give zeros; shuffled block tables give bitwise the
+// same output; and every split count gives bitwise the same output as one block per row (the
+// batch-invariance contract of kernels/attention.cuh).
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -37,7 +39,8 @@ struct Data {
 };
 
 std::vector<float> run_gpu(const AttnCase& c, const Scenario& sc, const Data& in, int splits, int* used_splits,
-                           std::vector<std::vector<float>>* kd = nullptr, std::vector<std::vector<float>>* vd = nullptr) {
+                           std::vector<std::vector<float>>* kd = nullptr, std::vector<std::vector<float>>* vd = nullptr,
+                           int tiles_per_chunk = native::kDefaultTilesPerChunk) {
   const auto& meta = sc.meta;
   const int T = meta.num_tokens;
   native::KvCacheShape shape;
@@ -72,10 +75,11 @@ std::vector<float> run_gpu(const AttnCase& c, const Scenario& sc, const Data& in
   a.selected = c.sparse ? dsel.p : nullptr;
   a.topk = c.sparse ? c.topk : 0;
   a.num_splits = splits;
-  // Workspace for the largest split count the launcher may pick.
+  a.tiles_per_chunk = tiles_per_chunk;
+  // Workspace for every chunk of the longest key list.
   int max_tiles = native::attention_max_tiles(c.sparse, c.topk, c.bs, meta.max_context);
-  int s_max = std::max({splits, max_tiles, 1});
-  size_t ws = native::attention_workspace_bytes(T, c.H, c.D, s_max);
+  size_t ws = std::max<size_t>(16, native::attention_workspace_bytes(T, c.H, c.KV, c.D,
+                                                                     native::attention_chunks(max_tiles, tiles_per_chunk)));
   DevBuf<uint8_t> work(ws);
   work.poison();
   a.workspace = work.p;
@@ -215,6 +219,29 @@ void run_case(const AttnCase& c) {
       auto r = compare(got, mut, atol, rtol);
       EXPECT_FALSE(r.ok) << "dropping one of " << best.size() + 1 << " keys went unnoticed: " << r.describe();
     }
+  }
+
+  // Batch invariance: every split count gives the bits of one block per (token, KV group).
+  {
+    int u1 = 0;
+    auto one = run_gpu(c, sc, in, 1, &u1);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      size_t diff = 0, first = 0;
+      for (size_t j = 0; j < one.size(); ++j)
+        if (std::memcmp(&one[j], &outs[i][j], 4) != 0 && diff++ == 0) first = j;
+      EXPECT_EQ(diff, 0u) << "splits " << c.splits[i] << " (used " << used[i] << ") differ from one block per row at "
+                          << diff << " outputs, first " << first;
+    }
+    // A smaller chunk (1 tile) with many blocks per row: the same bits as itself with one block
+    // per row, and within the tolerance of the reference.
+    int ua = 0, ub = 0;
+    auto a = run_gpu(c, sc, in, 0, &ua, nullptr, nullptr, 1);
+    auto b = run_gpu(c, sc, in, 1, &ub, nullptr, nullptr, 1);
+    size_t diff = 0;
+    for (size_t j = 0; j < a.size(); ++j) diff += std::memcmp(&a[j], &b[j], 4) != 0;
+    EXPECT_EQ(diff, 0u) << "1-tile chunks: " << ua << " blocks per row differ from 1 at " << diff << " outputs";
+    auto r = compare(a, ref, atol, rtol);
+    EXPECT_TRUE(r.ok) << "1-tile chunks: " << r.describe();
   }
 
   // Same logical data in another block placement, same split count: bitwise equal.

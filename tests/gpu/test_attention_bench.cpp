@@ -115,7 +115,7 @@ TEST(GpuAttentionBench, DecodeBatch1) {
     size_t iws = native::indexer_workspace_bytes(1, IH, ctx, bs);
     DevBuf<uint8_t> iwork(iws);
     DevBuf<int32_t> sel(size_t(IH) * topk);
-    size_t aws = native::attention_workspace_bytes(1, H, D, 256);
+    size_t aws = native::attention_workspace_bytes(1, H, KV, D, 256);  // at most 256 chunks per row (below)
     DevBuf<uint8_t> awork(aws);
     native::IndexerArgs ia;
     ia.iq = iq.p;
@@ -137,6 +137,10 @@ TEST(GpuAttentionBench, DecodeBatch1) {
       aa.topk = dense ? 0 : topk;
       if (dense) split = 0;
       aa.num_splits = split;
+      {  // chunks of at least 4 tiles, at most 256 per row (as the backend picks them)
+        const int tiles = native::attention_max_tiles(!dense, topk, bs, ctx);
+        aa.tiles_per_chunk = std::max(native::kDefaultTilesPerChunk, (tiles + 255) / 256);
+      }
       aa.workspace = awork.p;
       aa.workspace_bytes = aws;
       aa.out = out.p;
