@@ -21,6 +21,7 @@ struct BenchOptions {
   std::vector<int64_t> prefills;
   std::vector<std::string> paths;       // empty = the device's default paths
   int steps = 100, warmup = 10;
+  int eager_reps = 3;                   // timed runs of a step a path cannot capture (native prefill)
   bool kv_bf16 = false, ik_bf16 = false, router_bf16 = false;
   bool kernels = false;                 // cuda: per-kernel benches (FP8 GEMV, MXFP4 experts, cuBLASLt)
   bool no_steps = false;                // skip the whole-step cases (only probes / kernels)

@@ -77,9 +77,11 @@ struct PassTrace {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(std::shared_ptr<const PreparedWeights> w, const CudaBackendOptions& opt)
+  CudaBackendImpl(std::shared_ptr<const PreparedWeights> w, const CudaBackendOptions& opt,
+                  DeviceKvCache* borrowed_cache = nullptr)
       : w_(std::move(w)), opt_(opt) {
     M3_CHECK(w_ != nullptr, "cuda backend: no prepared weights");
+    if (borrowed_cache) opt_.num_cache_blocks = borrowed_cache->shape().num_blocks;
     if (opt_.device >= 0) M3_CUDA_CHECK(cudaSetDevice(opt_.device));
     spec_ = w_->spec();
     const PreparedLayout& L = w_->layout();
@@ -111,7 +113,20 @@ class CudaBackendImpl final : public CudaBackend {
     M3_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
 
     KvCacheShape shape = kv_cache_shape(spec_, opt_.num_cache_blocks, opt_.kv_dtype, opt_.ik_dtype);
-    cache_ = std::make_unique<DeviceKvCache>(shape);
+    if (borrowed_cache) {
+      const KvCacheShape& b = borrowed_cache->shape();
+      M3_CHECK(b.num_layers == shape.num_layers && b.block_size == shape.block_size && b.kv_heads == shape.kv_heads &&
+                   b.head_dim == shape.head_dim && b.index_dim == shape.index_dim && b.kv_dtype == shape.kv_dtype &&
+                   b.ik_dtype == shape.ik_dtype && b.has_index == shape.has_index,
+               "cuda backend: the borrowed cache's shape does not match the model's ({} layers, block {}, {} KV heads "
+               "x {}, index dim {}, {} / {})",
+               shape.num_layers, shape.block_size, shape.kv_heads, shape.head_dim, shape.index_dim,
+               dtype_name(shape.kv_dtype), dtype_name(shape.ik_dtype));
+      cache_ = borrowed_cache;
+    } else {
+      own_cache_ = std::make_unique<DeviceKvCache>(shape);
+      cache_ = own_cache_.get();
+    }
     for (int l = 0; l < spec_.num_layers; ++l)
       cache_->set_scales(l, opt_.k_scale, opt_.v_scale, spec_.sparse(l) ? opt_.ik_scale : 1.0f);
     rope_ = std::make_unique<DeviceRope>(spec_.rotary_dim, spec_.rope_theta);
@@ -136,6 +151,8 @@ class CudaBackendImpl final : public CudaBackend {
   ~CudaBackendImpl() override {
     for (auto& g : graphs_)
       if (g.exec) cudaGraphExecDestroy(g.exec);
+    for (cudaEvent_t e : {fork_ev_, join_ev_})
+      if (e) cudaEventDestroy(e);
     if (stream_) {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
@@ -152,6 +169,7 @@ class CudaBackendImpl final : public CudaBackend {
   void set_block_score_trace(BlockScoreTrace* s) override { score_trace_ = s; }
 
   StepOutput step(const StepBatch& batch, SelectionTrace* trace) override {
+    prepared_bucket_ = 0;  // the step overwrites the metadata prepare_decode uploaded
     std::vector<SeqRows> seqs = validate(batch);
     ++stats_.steps;
     StepOutput out;
@@ -193,11 +211,88 @@ class CudaBackendImpl final : public CudaBackend {
     return out;
   }
 
+  // ---- benchmark hooks (cuda_backend.h) ----
+
+  void assume_cache_filled(std::span<const int32_t> table, int64_t length) override {
+    const int bs = spec_.index_block;
+    M3_CHECK(length >= 0 && length <= opt_.max_model_len, "assume_cache_filled: length {} outside [0, {}]", length,
+             opt_.max_model_len);
+    M3_CHECK(int64_t(table.size()) * bs >= length, "assume_cache_filled: {} positions need {} blocks of {}, the table has {}",
+             length, (length + bs - 1) / bs, bs, table.size());
+    for (int64_t b = 0; b * bs < length; ++b)
+      M3_CHECK(table[size_t(b)] >= 0 && table[size_t(b)] < opt_.num_cache_blocks,
+               "assume_cache_filled: block_table[{}] = {} is outside [0, {})", b, table[size_t(b)], opt_.num_cache_blocks);
+    for (int64_t p = 0; p < length; ++p) written_[size_t(slot_of(table, p))] = int32_t(p);
+  }
+
+  int prepare_decode(const StepBatch& batch) override {
+    M3_CHECK(!batch.seqs.empty() && int(batch.seqs.size()) <= opt_.max_graph_batch,
+             "prepare_decode: {} sequences (a decode bucket holds 1 .. {})", batch.seqs.size(), opt_.max_graph_batch);
+    for (size_t i = 0; i < batch.seqs.size(); ++i)
+      M3_CHECK(batch.seqs[i].tokens.size() == 1, "prepare_decode: sequence {} has {} new tokens (decode: 1)", i,
+               batch.seqs[i].tokens.size());
+    prepared_bucket_ = 0;
+    const std::vector<SeqRows> seqs = validate(batch);
+    const int B = upload_decode(batch, seqs);
+    M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    prepared_bucket_ = B;
+    return B;
+  }
+
+  void enqueue_decode(cudaStream_t s, StepObserver* obs) override {
+    M3_CHECK(prepared_bucket_ > 0, "enqueue_decode: no decode batch prepared (prepare_decode) since the last step");
+    fork_from(s);
+    obs_ = obs;
+    try {
+      bucket_launches(prepared_bucket_);
+    } catch (...) {
+      obs_ = nullptr;
+      throw;
+    }
+    obs_ = nullptr;
+    join_into(s);
+  }
+
+  const float* device_logits() const override { return logits_.get<float>(); }
+
+  StepOutput step_observed(const StepBatch& batch, cudaStream_t s, StepObserver* obs) override {
+    fork_from(s);
+    obs_ = obs;
+    StepOutput out;
+    try {
+      out = step(batch, nullptr);
+    } catch (...) {
+      obs_ = nullptr;
+      throw;
+    }
+    obs_ = nullptr;
+    join_into(s);
+    return out;
+  }
+
  private:
   struct Graph {
     cudaGraphExec_t exec = nullptr;
     std::array<void*, 4> scratch{};  // lin_decode_ buffers the graph was captured with
   };
+
+  // Observer hook (benchmarks): before the launches of op `op` of layer `layer` (-1: none).
+  void mark(const char* op, int layer) {
+    if (obs_) obs_->before_op(stream_, op, layer);
+  }
+  // Orders the backend's stream after the work on s (fork_from) / s after the backend's (join_into).
+  void fork_from(cudaStream_t s) {
+    if (!fork_ev_) M3_CUDA_CHECK(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
+    if (!join_ev_) M3_CUDA_CHECK(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming));
+    if (s == stream_) return;
+    M3_CUDA_CHECK(cudaEventRecord(fork_ev_, s));
+    M3_CUDA_CHECK(cudaStreamWaitEvent(stream_, fork_ev_, 0));
+  }
+  void join_into(cudaStream_t s) {
+    if (s == stream_) return;
+    M3_CUDA_CHECK(cudaEventRecord(join_ev_, stream_));
+    M3_CUDA_CHECK(cudaStreamWaitEvent(s, join_ev_, 0));
+  }
 
   int64_t slot_of(std::span<const int32_t> table, int64_t pos) const {
     const int bs = spec_.index_block;
@@ -384,6 +479,7 @@ class CudaBackendImpl final : public CudaBackend {
     ea.ids = ids_.get<int32_t>();
     ea.out = x_.get<float>();
     ea.ld_out = H;
+    mark("embed", -1);
     embed(ea, st);
     const int S_dense = splits(false, T, ctx), S_sparse = splits(true, T, ctx);
     int sparse_k = 0;
@@ -407,7 +503,9 @@ class CudaBackendImpl final : public CudaBackend {
         n.residual_out = x_.get<float>();
         n.ld_res_out = H;
       }
+      mark("norms", l);
       rms_norm(n, st);
+      mark("qkv", l);
       linear_fp8(qkv_[size_t(l)], ActIn{a_.get(), DType::F32, H}, T, proj_.get<float>(), proj_ld_, st, &lin, path_);
 
       QkNormRopeArgs qa = qk_norm_rope_args(s, l);
@@ -421,6 +519,7 @@ class CudaBackendImpl final : public CudaBackend {
       qa.q_out = q_.get<float>();
       qa.iq_out = iq_.get<float>();
       const KvLayerView cv = cache_->layer(l);
+      mark("rope_cache", l);
       qk_norm_rope_cache(qa, mv, cv, st);
 
       const int32_t* sel = nullptr;
@@ -434,6 +533,7 @@ class CudaBackendImpl final : public CudaBackend {
         ia.workspace = idx_ws_.get();
         ia.workspace_bytes = idx_ws_.bytes();
         ia.selected = sel_.get<int32_t>();
+        mark("index_k", l);
         indexer_select(ia, mv, cv, st);
         sel = sel_.get<int32_t>();
         if (tr && tr->sel) record_trace(*tr, sparse_k, T, live_rows, mv, *positions);
@@ -449,7 +549,9 @@ class CudaBackendImpl final : public CudaBackend {
       aa.workspace = attn_ws_.get();
       aa.workspace_bytes = attn_ws_.bytes();
       aa.out = o_.get<float>();
+      mark("kv", l);
       attention_forward(aa, mv, cv, st);
+      mark("o", l);
       linear_fp8(o_w_[size_t(l)], ActIn{o_.get(), DType::F32, s.q_dim()}, T, f_.get<float>(), H, st, &lin, path_);
 
       RmsNormArgs p;
@@ -465,10 +567,14 @@ class CudaBackendImpl final : public CudaBackend {
       p.ld_res_out = H;
       p.y = a_.get<float>();
       p.ld_y = H;
+      mark("norms", l);
       rms_norm(p, st);
       if (s.moe(l)) {
+        mark("moe", l);
         moe_forward(moe_w_[size_t(l)], a_.get<float>(), H, T, f_.get<float>(), H, moe_ws_.get(), moe_ws_.bytes(), st);
+        if (obs_) obs_->after_moe(st, l, moe_workspace(moe_w_[size_t(l)], T, moe_ws_.get()).ids, T, s.top_k);
       } else {
+        mark("dense_mlp", l);
         dense_mlp(w_->dense_gate_up(l), w_->dense_down(l), ActIn{a_.get(), DType::F32, H}, T, s.swiglu_alpha,
                   s.swiglu_limit, h_.get<float>(), ld_h_, f_.get<float>(), H, st, &lin, path_);
       }
@@ -486,6 +592,7 @@ class CudaBackendImpl final : public CudaBackend {
     fin.ld_res_out = H;
     fin.y = a_.get<float>();
     fin.ld_y = H;
+    mark("lm_head", -1);
     rms_norm(fin, st);
   }
 
@@ -638,29 +745,38 @@ class CudaBackendImpl final : public CudaBackend {
     M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  void run_decode(const StepBatch& batch, const std::vector<SeqRows>& seqs, float* logits) {
+  // Uploads a decode batch's bucket metadata and token ids (asynchronously: the host vectors are
+  // pageable, so the copies are staged before this returns). Returns the bucket.
+  int upload_decode(const StepBatch& batch, const std::vector<SeqRows>& seqs) {
     const int n = int(batch.seqs.size());
     const int B = decode_bucket(n);
-    ++stats_.bucket_steps;
     StepMetadata m = bucket_metadata(seqs, B);
     meta_->upload(m, stream_);
     std::vector<int32_t> ids(size_t(B), 0);  // padding rows embed token 0 (never written, logits dropped)
     for (int i = 0; i < n; ++i) ids[size_t(i)] = batch.seqs[size_t(i)].tokens[0];
     M3_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), ids.data(), size_t(B) * 4, cudaMemcpyHostToDevice, stream_));
+    return B;
+  }
+
+  void run_decode(const StepBatch& batch, const std::vector<SeqRows>& seqs, float* logits) {
+    const int n = int(batch.seqs.size());
+    ++stats_.bucket_steps;
+    const int B = upload_decode(batch, seqs);
+    const bool graphs = opt_.cuda_graphs && !obs_;  // an observer sees eager launches, never a replay
 
     int bi = 0;
     while ((1 << bi) < B) ++bi;
     Graph& g = graphs_[size_t(bi)];
-    if (opt_.cuda_graphs && g.exec && g.scratch != decode_scratch()) {  // captured buffers moved
+    if (graphs && g.exec && g.scratch != decode_scratch()) {  // captured buffers moved
       cudaGraphExecDestroy(g.exec);
       g.exec = nullptr;
     }
-    if (opt_.cuda_graphs && g.exec) {
+    if (graphs && g.exec) {
       M3_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
       ++stats_.graph_replays;
     } else {
       bucket_launches(B);
-      if (opt_.cuda_graphs) capture(B, g);
+      if (graphs) capture(B, g);
     }
     M3_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.get(), size_t(n) * spec_.vocab_size * 4, cudaMemcpyDeviceToHost,
                                   stream_));
@@ -702,7 +818,8 @@ class CudaBackendImpl final : public CudaBackend {
   int table_width_ = 0;
   int64_t proj_ld_ = 0, ld_h_ = 0;
   LinearPath path_ = LinearPath::Auto;
-  std::unique_ptr<DeviceKvCache> cache_;
+  std::unique_ptr<DeviceKvCache> own_cache_;  // null when the cache is borrowed
+  DeviceKvCache* cache_ = nullptr;
   std::unique_ptr<DeviceRope> rope_;
   std::unique_ptr<DeviceStepMetadata> meta_;
   std::unique_ptr<LinearContext> lin_eager_, lin_decode_;
@@ -718,6 +835,9 @@ class CudaBackendImpl final : public CudaBackend {
   std::array<Graph, kMaxBuckets> graphs_{};
   CudaBackendStats stats_;
   BlockScoreTrace* score_trace_ = nullptr;
+  StepObserver* obs_ = nullptr;          // benchmark observer of the launches being enqueued
+  int prepared_bucket_ = 0;              // bucket of the last prepare_decode (0: none valid)
+  cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
 };
 
 }  // namespace
@@ -732,6 +852,12 @@ int decode_bucket(int n) {
 std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const PreparedWeights> weights,
                                                const CudaBackendOptions& opt) {
   return std::make_unique<CudaBackendImpl>(std::move(weights), opt);
+}
+
+std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const PreparedWeights> weights,
+                                               const CudaBackendOptions& opt, DeviceKvCache* borrowed_cache) {
+  M3_CHECK(borrowed_cache != nullptr, "cuda backend: no cache to borrow");
+  return std::make_unique<CudaBackendImpl>(std::move(weights), opt, borrowed_cache);
 }
 
 bool cuda_device_available() {

@@ -21,10 +21,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/dtype.h"
 #include "runtime/backend.h"
+
+// Same declaration as CUDA's driver_types.h, so this header needs no CUDA include.
+typedef struct CUstream_st* cudaStream_t;
 
 namespace m3::native {
 
@@ -59,6 +63,25 @@ struct BlockScoreTrace {
   std::vector<std::vector<std::vector<std::vector<float>>>> scores;  // [sparse layer][token][group][block]
 };
 
+// Benchmark instrumentation (m3mono bench, src/bench/cuda/native_runner.cpp): sees the ops of a
+// forward while their launches are enqueued on the backend's stream (so an observer may enqueue
+// timing events or copies there, also inside a capture).
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  // Before the launches of one op. Ops: "embed"; per layer "norms" (input, then post-attention
+  // RMSNorm + residual), "qkv" (fused q|k|v|iq|ik FP8 projection), "rope_cache" (q/k norm + RoPE +
+  // cache insert), "index_k" (indexer: index-K scores + block top-k, sparse layers), "kv"
+  // (attention over the K/V cache), "o", "moe" (router + routed experts + shared expert + combine)
+  // or "dense_mlp"; then "lm_head" (final norm + lm_head). layer: model layer, -1 outside layers.
+  virtual void before_op(cudaStream_t stream, const char* op, int layer) = 0;
+  // After layer `layer`'s MoE launches: its routed experts, device int32 [rows][top_k] (rows =
+  // the pass's rows, padding included), overwritten by the next MoE layer: copy them on `stream`.
+  virtual void after_moe(cudaStream_t stream, int layer, const int32_t* ids, int rows, int top_k) {
+    (void)stream, (void)layer, (void)ids, (void)rows, (void)top_k;
+  }
+};
+
 class CudaBackend : public Backend {
  public:
   ~CudaBackend() override = default;
@@ -68,12 +91,39 @@ class CudaBackend : public Backend {
   virtual CudaBackendStats stats() const = 0;
   // When set, traced steps also fill *scores (nullptr turns it off).
   virtual void set_block_score_trace(BlockScoreTrace* scores) = 0;
+
+  // ---- benchmark hooks (m3mono bench, bench/cuda/native_runner.cpp); not for serving ----
+  // Declares positions [0, length) of the sequence with this block table written, as if earlier
+  // steps had written them, WITHOUT touching the cache: a benchmark fills the cache with random
+  // K/V and times a decode step at context `length` without prefilling `length` tokens. Later
+  // steps read whatever the cache holds there (step() still validates everything else).
+  virtual void assume_cache_filled(std::span<const int32_t> block_table, int64_t length) = 0;
+  // Makes a decode batch (every sequence one new token, at most max_graph_batch sequences) ready
+  // for enqueue_decode: validated as step() validates it, its bucket's metadata and token ids
+  // uploaded to the fixed-address device buffers (synchronously). Returns the bucket (rows).
+  virtual int prepare_decode(const StepBatch& batch) = 0;
+  // Enqueues the launches of the prepared bucket: exactly what step() replays as the bucket's
+  // CUDA graph (layers, final norm, lm_head into device_logits(); no host copies), on the
+  // backend's stream, ordered after the work already on `stream` and with `stream` waiting for
+  // their end, so a caller capturing `stream` captures them (and times them with events on it).
+  // Every replay repeats the same step (it rewrites the same cache slots). obs may be null.
+  virtual void enqueue_decode(cudaStream_t stream, StepObserver* obs) = 0;
+  // fp32 [bucket rows][vocab] logits of the last enqueue_decode (device memory).
+  virtual const float* device_logits() const = 0;
+  // step() with obs seeing its ops (decode batches run their bucket eagerly: no graph replay or
+  // capture), ordered after the work already on `stream` and with `stream` waiting for its end.
+  virtual StepOutput step_observed(const StepBatch& batch, cudaStream_t stream, StepObserver* obs) = 0;
 };
 
 // The weights are shared (tests dequantize them for the CPU reference). Checks that the arena is
 // a single-rank layout (tp_size 1) of a model the kernels support.
 std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const PreparedWeights> weights,
                                                const CudaBackendOptions& opt = {});
+// The same over a cache pool the caller owns and keeps alive (its shape must be the spec's cache
+// shape with opt.kv_dtype / opt.ik_dtype; its block count replaces opt.num_cache_blocks). The
+// benchmarks run every path on one random-filled cache this way.
+std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const PreparedWeights> weights,
+                                               const CudaBackendOptions& opt, DeviceKvCache* borrowed_cache);
 
 // True when the CUDA runtime sees at least one device (never throws).
 bool cuda_device_available();

@@ -148,6 +148,18 @@ std::unique_ptr<PreparedWeights> PreparedWeights::create(const ModelSpec& spec, 
   return pw;
 }
 
+std::unique_ptr<PreparedWeights> PreparedWeights::create_on_device(
+    const PreparedLayout& layout, const std::function<void(uint8_t*, cudaStream_t)>& fill, cudaStream_t stream) {
+  M3_CHECK(bool(fill), "prepared: create_on_device needs a fill function");
+  std::unique_ptr<PreparedWeights> pw(new PreparedWeights());
+  pw->layout_ = layout;
+  M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pw->base_), layout.total_bytes));
+  M3_CUDA_CHECK(cudaMemsetAsync(pw->base_, 0, layout.total_bytes, stream));
+  fill(pw->base_, stream);
+  M3_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return pw;
+}
+
 std::unique_ptr<PreparedWeights> PreparedWeights::load(const std::filesystem::path& dir, const PrepareOptions& opt,
                                                        const PrepareLoadOptions& lo) {
   const ModelSpec spec = load_model_spec(dir);

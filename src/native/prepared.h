@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "model/prepare.h"
@@ -39,6 +40,13 @@ class PreparedWeights {
   // Plans, allocates (one cudaMalloc on the current device) and fills from `src`.
   static std::unique_ptr<PreparedWeights> create(const ModelSpec& spec, const WeightSource& src,
                                                  const PrepareOptions& opt = {}, const PrepareLoadOptions& lo = {});
+  // Allocates the arena of `layout` (one cudaMalloc on the current device, zeroed so row padding
+  // stays zero) and lets fill(base, stream) write its tensors on the device: no weight source, no
+  // host quantization, no host copy (the benchmarks fill real-size arenas with random values this
+  // way, bench/cuda/device_weights.h). Returns once the fill has completed on `stream`.
+  static std::unique_ptr<PreparedWeights> create_on_device(const PreparedLayout& layout,
+                                                           const std::function<void(uint8_t*, cudaStream_t)>& fill,
+                                                           cudaStream_t stream = nullptr);
   // From a checkpoint directory (config.json + safetensors, through the weight table).
   static std::unique_ptr<PreparedWeights> load(const std::filesystem::path& model_dir, const PrepareOptions& opt = {},
                                                const PrepareLoadOptions& lo = {});

@@ -1,9 +1,11 @@
 // The benchmark harness on the device (bench/cuda/): random fills in the prepared formats (no
 // FP8 NaN codes, E8M0 and value ranges kept, row padding untouched), the "stream" path reads
 // exactly the bytes of the step accounting with one launch per op, per-op spans line up with the
-// ops, and graph timing returns finite statistics over the asked replays.
+// ops, graph timing returns finite statistics over the asked replays, and the "native" path
+// (CudaBackend on the bench's arena and cache) runs decode and prefill with finite logits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -14,7 +16,9 @@
 #include "bench/cuda/step_runner.h"
 #include "core/codecs.h"
 #include "model/synthetic.h"
+#include "native/cuda_backend.h"
 #include "native/cuda_check.h"
+#include "native/prepared.h"
 
 using namespace m3;
 using namespace m3::bench;
@@ -113,4 +117,126 @@ TEST(BenchHarness, StreamPathReadsTheAccountedBytes) {
       EXPECT_TRUE(std::isfinite(spans[i].us) && spans[i].us >= 0);
     }
   }
+}
+
+// The "native" path (CudaBackend over the bench's own random arena and cache): decode steps at a
+// context whose history was never prefilled (declared written), captured and replayed by the
+// harness; the prefill eager; per-op marks in forward order; the router's actual choices as
+// experts hit; finite logits after the timed steps. Two shapes: one TP-4 rank of the real model
+// cut to its last 2 layers (what `m3mono bench --tp-shard 4 --layers 2` runs), and a TP-2 rank of
+// real-heads (its dense full-attention first layer included).
+TEST(BenchHarness, NativePathRunsOnTheBenchArenaWithFiniteLogits) {
+  const uint64_t seed = seed_once();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  register_builtin_paths();
+  CudaStream cs;
+  const std::vector<std::string> known = {"embed", "norms", "qkv",    "rope_cache", "index_k", "kv",
+                                          "o",     "moe",   "dense_mlp", "lm_head"};
+  for (const ModelSpec& spec : {last_layers(shard_spec(synthetic_preset("real"), 4), 2),
+                                shard_spec(synthetic_preset("real-heads"), 2)}) {
+    SCOPED_TRACE("hidden " + std::to_string(spec.hidden) + ", " + std::to_string(spec.num_layers) + " layers");
+    const PreparedLayout L = plan_prepared(spec);
+    DeviceArena arena(L, seed, cs.s);
+    const std::vector<BenchCase> cases = {BenchCase{1, 300, 0}, BenchCase{3, 2500, 0}, BenchCase{1, 0, 700}};
+    StepEnv env;
+    int64_t blocks = 1;
+    for (const auto& c : cases) {
+      blocks = std::max<int64_t>(blocks, int64_t(c.is_prefill() ? 1 : c.batch) * blocks_per_row(c, spec.index_block));
+      env.max_len = std::max(env.max_len, c.max_len());
+      if (c.is_prefill()) env.max_prefill = std::max(env.max_prefill, c.prefill);
+      else env.max_batch = std::max(env.max_batch, c.batch);
+    }
+    native::DeviceKvCache cache(native::kv_cache_shape(spec, int(blocks)));
+    fill_cache_random(cache, seed, cs.s);
+    env.spec = &spec;
+    env.layout = &L;
+    env.arena = arena.base();
+    env.weights = arena.prepared();
+    env.cache = &cache;
+    env.seed = seed;
+    EXPECT_EQ(env.weights->device_base(), arena.base()) << "the arena must be the only weight allocation";
+    auto run = step_path("native")(env);
+    EXPECT_EQ(run->name(), "native");
+    for (const BenchCase& c : cases) {
+      SCOPED_TRACE(c.label());
+      run->setup(c, cs.s);
+      EXPECT_EQ(run->capturable(), !c.is_prefill());
+      std::vector<OpSpan> spans;
+      if (run->capturable()) {
+        GraphTiming t = time_graph([&](cudaStream_t st) { run->enqueue(st, nullptr); }, cs.s, 1, 5);
+        EXPECT_EQ(t.us.n, 5u);
+        EXPECT_TRUE(std::isfinite(t.us.median) && t.us.median > 0);
+        EXPECT_GT(t.kernels, 4 * spec.num_layers);
+        spans = time_ops([&](cudaStream_t st, OpRecorder* rec) { run->enqueue(st, rec); }, cs.s, 2);
+      } else {
+        EagerTiming et = time_eager([&](cudaStream_t s, OpRecorder* rec) { run->run_eager(s, rec); }, cs.s, 2);
+        EXPECT_EQ(et.us.n, 2u);
+        EXPECT_TRUE(std::isfinite(et.us.median) && et.us.median > 0);
+        spans = et.spans;
+      }
+      // embed, then per layer norms, qkv, rope_cache, (index_k), kv, o, norms, moe | dense_mlp; lm_head
+      size_t expect = 2;
+      for (int l = 0; l < spec.num_layers; ++l) expect += 7 + (spec.sparse(l) ? 1 : 0);
+      ASSERT_EQ(spans.size(), expect);
+      EXPECT_EQ(spans.front().op, "embed");
+      EXPECT_EQ(spans.back().op, "lm_head");
+      for (const auto& sp : spans) {
+        EXPECT_NE(std::find(known.begin(), known.end(), sp.op), known.end()) << sp.op;
+        EXPECT_TRUE(std::isfinite(sp.us) && sp.us >= 0) << sp.op;
+        if (run->capturable()) {
+          EXPECT_GE(sp.launches, 1) << sp.op << " layer " << sp.layer;
+        }
+      }
+      EXPECT_EQ(run->check_outputs(), "");
+      const std::vector<double> hit = run->experts_hit();
+      ASSERT_EQ(hit.size(), size_t(spec.num_layers));
+      for (int l = 0; l < spec.num_layers; ++l) {
+        if (!spec.moe(l)) continue;
+        // top_k distinct experts per token: exactly top_k for one token, at most tokens x top_k
+        if (c.tokens() == 1) {
+          EXPECT_EQ(hit[size_t(l)], spec.top_k) << "layer " << l;
+        }
+        EXPECT_GE(hit[size_t(l)], spec.top_k) << "layer " << l;
+        EXPECT_LE(hit[size_t(l)], std::min<double>(spec.num_experts, double(c.tokens()) * spec.top_k)) << "layer " << l;
+      }
+    }
+  }
+}
+
+// CudaBackend's benchmark hooks: a decode step at a context nobody wrote is refused until the
+// history is declared written; prepare_decode refuses non-decode batches; enqueue_decode needs a
+// prepared batch; a borrowed cache of another shape is refused.
+TEST(BenchHarness, CudaBackendBenchmarkHooksValidate) {
+  const uint64_t seed = seed_once();
+  CudaStream cs;
+  const ModelSpec spec = shard_spec(synthetic_preset("real-heads"), 2);
+  DeviceArena arena(plan_prepared(spec), seed, cs.s);
+  native::DeviceKvCache cache(native::kv_cache_shape(spec, 8));
+  fill_cache_random(cache, seed, cs.s);
+  native::CudaBackendOptions o;
+  o.cuda_graphs = false;
+  o.max_graph_batch = 2;
+  auto be = native::make_cuda_backend(arena.prepared(), o, &cache);
+  EXPECT_EQ(be->num_cache_blocks(), 8);
+  StepBatch b;
+  b.seqs.push_back(SeqStep{200, {5}, {3, 4}, false});
+  EXPECT_THROW(be->prepare_decode(b), Error);  // positions [0, 200) never written
+  EXPECT_THROW(be->enqueue_decode(cs.s, nullptr), Error);
+  be->assume_cache_filled(b.seqs[0].block_table, 200);
+  EXPECT_EQ(be->prepare_decode(b), 1);
+  be->enqueue_decode(cs.s, nullptr);
+  M3_CUDA_CHECK(cudaStreamSynchronize(cs.s));
+  std::vector<float> logits(size_t(spec.vocab_size));
+  M3_CUDA_CHECK(cudaMemcpy(logits.data(), be->device_logits(), logits.size() * 4, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < logits.size(); ++i) ASSERT_TRUE(std::isfinite(logits[i])) << "logit " << i;
+  // the eager step() over the same batch gives the same logits bitwise
+  StepOutput out = be->step(b);
+  for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(out.logits[i], logits[i]) << "logit " << i;
+  EXPECT_THROW(be->enqueue_decode(cs.s, nullptr), Error);  // step() replaced the prepared metadata
+  StepBatch two;
+  two.seqs.push_back(SeqStep{0, {1, 2}, {0}, false});
+  EXPECT_THROW(be->prepare_decode(two), Error);  // two new tokens: not a decode batch
+  EXPECT_THROW(be->assume_cache_filled(std::vector<int32_t>{9}, 10), Error);  // block outside the pool
+  native::DeviceKvCache other(native::kv_cache_shape(spec, 8, DType::BF16));
+  EXPECT_THROW(native::make_cuda_backend(arena.prepared(), o, &other), Error);  // kv dtype differs
 }

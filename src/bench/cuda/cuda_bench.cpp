@@ -89,16 +89,39 @@ std::string device_name() {
                      double(p.totalGlobalMem) / double(1 << 30));
 }
 
-// Per-op rows of a path: the accounting's ops (bytes, floor) with the path's spans summed by op
-// name, then any op the path marks that the accounting does not have.
-std::vector<OpTiming> op_rows(const StepBytes& b, const std::vector<OpSpan>& spans, double GBps) {
+using OpGroups = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
+// Per-op rows of a path: the accounting's ops (bytes, floor), the rows of each of the path's op
+// groups merged into one row named for the group (at the first member's place), with the path's
+// spans summed by op name, then any op the path marks that the accounting does not have.
+std::vector<OpTiming> op_rows(const StepBytes& b, const std::vector<OpSpan>& spans, double GBps,
+                              const OpGroups& groups = {}) {
   std::vector<OpTiming> rows;
   for (const auto& t : b.ops) rows.push_back(OpTiming{t.op, t.count, t.bytes, t.bytes / (GBps * 1e3), NAN, NAN, -1});
+  for (const auto& [name, members] : groups) {
+    auto first = rows.end();
+    for (auto it = rows.begin(); it != rows.end();) {
+      if (std::find(members.begin(), members.end(), it->op) == members.end()) {
+        ++it;
+        continue;
+      }
+      if (first == rows.end()) {
+        it->op = name;
+        first = it++;
+        continue;
+      }
+      first->bytes += it->bytes;
+      first->floor_us += it->floor_us;
+      const ptrdiff_t at = first - rows.begin();
+      it = rows.erase(it);
+      first = rows.begin() + at;
+    }
+  }
   for (const auto& sp : spans) {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const OpTiming& o) { return o.op == sp.op; });
     if (it == rows.end()) it = rows.insert(rows.end(), OpTiming{sp.op, 0, 0, 0, NAN, NAN, -1});
     it->us = (std::isfinite(it->us) ? it->us : 0) + sp.us;
-    it->kernels = (it->kernels < 0 ? 0 : it->kernels) + sp.launches;
+    if (sp.launches >= 0) it->kernels = (it->kernels < 0 ? 0 : it->kernels) + sp.launches;
     if (it->bytes == 0) it->count += 1;
   }
   return rows;
@@ -137,7 +160,7 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
            "--tp-shard, --layers or smaller --batch / --context",
            double(layout.total_bytes) / 1e9, double(cshape.total_bytes()) / 1e9, blocks, double(free_b) / 1e9);
 
-  DeviceArena arena(layout, o.seed, s);
+  DeviceArena arena(layout, o.seed, s);  // the only weight allocation: every path reads it
   native::DeviceKvCache cache(cshape);
   fill_cache_random(cache, o.seed, s);
   DevBuf flush(flush_bytes);
@@ -155,9 +178,15 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
   env.spec = &spec;
   env.layout = &layout;
   env.arena = arena.base();
+  env.weights = arena.prepared();
   env.cache = &cache;
   env.bytes_opt = bo;
   env.seed = o.seed;
+  for (const auto& c : cases) {
+    env.max_len = std::max(env.max_len, c.max_len());
+    if (c.is_prefill()) env.max_prefill = std::max(env.max_prefill, c.prefill);
+    else env.max_batch = std::max(env.max_batch, c.batch);
+  }
   std::vector<std::unique_ptr<StepRunner>> runners;
   for (auto& f : factories) runners.push_back(f(env));
 
@@ -169,8 +198,24 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
     std::vector<std::vector<OpSpan>> spans;
     for (auto& run : runners) {
       run->setup(c, s);
-      GraphTiming t = time_graph([&](cudaStream_t st) { run->enqueue(st, nullptr); }, s, o.warmup, o.steps, between);
-      auto sp = time_ops([&](cudaStream_t st, OpRecorder* rec) { run->enqueue(st, rec); }, s, op_reps, between);
+      GraphTiming t;
+      std::vector<OpSpan> sp;
+      const bool graph = run->capturable();
+      if (graph) {
+        t = time_graph([&](cudaStream_t st) { run->enqueue(st, nullptr); }, s, o.warmup, o.steps, between);
+        sp = time_ops([&](cudaStream_t st, OpRecorder* rec) { run->enqueue(st, rec); }, s, op_reps, between);
+      } else {  // eager: setup ran it once (the warm-up); a few timed runs, spans from the same runs
+        EagerTiming et = time_eager([&](cudaStream_t st, OpRecorder* rec) { run->run_eager(st, rec); }, s,
+                                    o.eager_reps, between);
+        t.us = et.us;
+        t.kernels = -1;
+        sp = std::move(et.spans);
+      }
+      const std::string bad = run->check_outputs();
+      if (!bad.empty()) {
+        std::fprintf(stderr, "bench: %s path, %s: %s\n", run->name().c_str(), c.label().c_str(), bad.c_str());
+        r.notes.push_back(fmt::format("{} {}: OUTPUTS NOT SANE: {}", run->name(), c.label(), bad));
+      }
       // Each timing event node adds a fixed cost to the instrumented graph (about 2 us per mark
       // on an H200): take the excess over the clean step evenly off every span.
       double sum = 0;
@@ -189,11 +234,16 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
       p.path = run->name();
       p.us = t.us;
       p.kernels = t.kernels;
-      p.gap_us = t.kernels * r.boundary_us;
+      p.gap_us = graph ? t.kernels * r.boundary_us : NAN;
       p.path_bytes = run->path_bytes();
       p.note = run->note();
-      p.note += fmt::format("{}per-op spans: event-instrumented step {:.1f} us, {:.2f} us per mark taken off each span",
-                            p.note.empty() ? "" : "; ", sum, delta);
+      if (graph)
+        p.note += fmt::format("{}per-op spans: event-instrumented step {:.1f} us, {:.2f} us per mark taken off each span",
+                              p.note.empty() ? "" : "; ", sum, delta);
+      else
+        p.note += fmt::format("{}eager: median of {} runs after a warm-up run, an event before each op in each "
+                              "run (spans sum to {:.1f} us, {:.2f} us taken off each)",
+                              p.note.empty() ? "" : "; ", o.eager_reps, sum, delta);
       cr.paths.push_back(std::move(p));
     }
     cr.floor_us = cr.bytes.total / (r.copy_GBps * 1e3);
@@ -201,13 +251,23 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
     // per-op rows, with the stream path's time of the same op as its plain read
     std::map<std::string, double> read;
     for (size_t i = 0; i < runners.size(); ++i) {
-      cr.paths[i].ops = op_rows(cr.bytes, spans[i], r.copy_GBps);
+      cr.paths[i].ops = op_rows(cr.bytes, spans[i], r.copy_GBps, runners[i]->op_groups());
       if (runners[i]->name() == "stream")
         for (const auto& op : cr.paths[i].ops) read[op.op] = op.us;
     }
-    for (auto& p : cr.paths)
-      for (auto& op : p.ops)
-        if (read.count(op.op)) op.read_us = read[op.op];
+    for (size_t i = 0; i < runners.size(); ++i) {
+      std::map<std::string, double> rd = read;  // a group's plain read: the sum of its members'
+      for (const auto& [name, members] : runners[i]->op_groups()) {
+        double sum = 0;
+        bool all = true;
+        for (const auto& m : members)
+          if (read.count(m)) sum += read[m];
+          else all = all && std::none_of(cr.bytes.ops.begin(), cr.bytes.ops.end(), [&](const OpTotal& t) { return t.op == m; });
+        if (all && !read.empty()) rd[name] = sum;
+      }
+      for (auto& op : cr.paths[i].ops)
+        if (rd.count(op.op)) op.read_us = rd[op.op];
+    }
     r.cases.push_back(std::move(cr));
     std::fprintf(stderr, "  %s done\n", r.cases.back().c.label().c_str());
   }
@@ -216,7 +276,8 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
 }  // namespace
 
 BenchReport run_cuda_bench(const BenchOptions& o) {
-  M3_CHECK(o.steps >= 1 && o.warmup >= 0, "bench: --steps {} / --warmup {}", o.steps, o.warmup);
+  M3_CHECK(o.steps >= 1 && o.warmup >= 0 && o.eager_reps >= 1, "bench: --steps {} / --warmup {} / --eager-reps {}", o.steps,
+           o.warmup, o.eager_reps);
   register_builtin_paths();
   std::string name;
   const ModelSpec spec = bench_spec(o, &name);

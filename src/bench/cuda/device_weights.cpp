@@ -78,18 +78,14 @@ void fill_cache_random(native::DeviceKvCache& cache, uint64_t seed, cudaStream_t
   }
 }
 
-DeviceArena::DeviceArena(const PreparedLayout& layout, uint64_t seed, cudaStream_t s) : layout_(layout) {
-  M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), layout_.total_bytes));
-  M3_CUDA_CHECK(cudaMemsetAsync(base_, 0, layout_.total_bytes, s));
-  fill_prepared_random(base_, layout_, seed, s);
-  M3_CUDA_CHECK(cudaStreamSynchronize(s));
-}
-DeviceArena::~DeviceArena() {
-  if (base_) cudaFree(base_);
-}
+DeviceArena::DeviceArena(const PreparedLayout& layout, uint64_t seed, cudaStream_t s)
+    : w_(native::PreparedWeights::create_on_device(
+          layout, [&](uint8_t* base, cudaStream_t st) { fill_prepared_random(base, layout, seed, st); }, s)),
+      base_(const_cast<uint8_t*>(w_->device_base())) {}
+DeviceArena::~DeviceArena() = default;
 
-native::Fp8Weight DeviceArena::qkv(int l) const { return native::arena_fp8_view(base_, layout_.layers.at(size_t(l)).qkv); }
-native::Fp8Weight DeviceArena::o(int l) const { return native::arena_fp8_view(base_, layout_.layers.at(size_t(l)).o); }
-native::MoeWeights DeviceArena::moe(int l) const { return native::arena_moe_view(base_, layout_, l); }
+native::Fp8Weight DeviceArena::qkv(int l) const { return native::arena_fp8_view(base_, layout().layers.at(size_t(l)).qkv); }
+native::Fp8Weight DeviceArena::o(int l) const { return native::arena_fp8_view(base_, layout().layers.at(size_t(l)).o); }
+native::MoeWeights DeviceArena::moe(int l) const { return native::arena_moe_view(base_, layout(), l); }
 
 }  // namespace m3::bench

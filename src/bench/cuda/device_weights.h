@@ -4,19 +4,20 @@
 // ranges), row padding left zero, so no checkpoint and no host quantization are needed (the real
 // model's 60 layers at --tp-shard 4 fill in well under a second). Views as the kernels take them.
 //
-// NOTE: the views mirror native::PreparedWeights (native/prepared.h), which only builds from a
-// weight source (host quantization: far too slow for random real-size weights). An additive
-// PreparedWeights factory over an unfilled arena would let the harness hand the native forward
-// a real PreparedWeights; until then a runner that needs one builds views from StepEnv::arena.
+// The arena is a native::PreparedWeights made by PreparedWeights::create_on_device (one
+// cudaMalloc, filled here on the device), so the native forward runs on exactly these weights
+// (prepared(); the "native" bench path) and no second weight allocation exists.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "model/prepare.h"
 #include "native/kv_cache.h"
 #include "native/linear.h"
 #include "native/moe.h"
+#include "native/prepared.h"
 
 namespace m3::bench {
 
@@ -27,15 +28,17 @@ class DeviceArena {
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
   uint8_t* base() const { return base_; }
-  const PreparedLayout& layout() const { return layout_; }
+  const PreparedLayout& layout() const { return w_->layout(); }
+  // The same memory as the native path's prepared weights (shared: keep it while a backend uses it).
+  std::shared_ptr<const native::PreparedWeights> prepared() const { return w_; }
 
   native::Fp8Weight qkv(int l) const;
   native::Fp8Weight o(int l) const;
   native::MoeWeights moe(int l) const;
 
  private:
-  PreparedLayout layout_;
-  uint8_t* base_ = nullptr;
+  std::shared_ptr<native::PreparedWeights> w_;
+  uint8_t* base_ = nullptr;  // w_'s arena
 };
 
 // Fills every tensor of `layout` at `base` (which must be zeroed first for the row padding).

@@ -24,7 +24,7 @@ struct Graph {
 };
 
 void capture(Graph& G, cudaStream_t s, const std::function<void(cudaStream_t)>& fn) {
-  M3_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  M3_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   try {
     fn(s);
   } catch (...) {
@@ -119,10 +119,12 @@ class EventRecorder final : public OpRecorder {
     cudaGraph_t g = nullptr;
     size_t nodes = 0;
     M3_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &st, nullptr, &g));
-    if (st == cudaStreamCaptureStatusActive && g) M3_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+    const bool capturing = st == cudaStreamCaptureStatusActive;
+    if (capturing && g) M3_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
     marks.push_back(Mark{op, layer, e, nodes});
     // External: a timing event-record node in the captured graph (not a capture dependency).
-    M3_CUDA_CHECK(cudaEventRecordWithFlags(e, s, cudaEventRecordExternal));
+    if (capturing) M3_CUDA_CHECK(cudaEventRecordWithFlags(e, s, cudaEventRecordExternal));
+    else M3_CUDA_CHECK(cudaEventRecord(e, s));
   }
 };
 
@@ -154,6 +156,40 @@ std::vector<OpSpan> time_ops(const std::function<void(cudaStream_t, OpRecorder*)
   for (size_t i = 0; i + 1 < n; ++i) out.push_back(OpSpan{rec.marks[i].op, rec.marks[i].layer, summarize(spans[i]).median,
                          int(rec.marks[i + 1].nodes_before - rec.marks[i].nodes_before) - 1});
   return out;
+}
+
+EagerTiming time_eager(const std::function<void(cudaStream_t, OpRecorder*)>& fn, cudaStream_t s, int steps,
+                       const Enqueue& between) {
+  M3_CHECK(steps >= 1, "bench: eager steps {}", steps);
+  Events ev(2);
+  std::vector<double> us;
+  std::vector<std::vector<double>> spans;
+  EagerTiming t;
+  for (int r = 0; r < steps; ++r) {
+    if (between) between(s);
+    EventRecorder rec;
+    M3_CUDA_CHECK(cudaEventRecord(ev.e[0], s));
+    fn(s, &rec);
+    M3_CUDA_CHECK(cudaEventRecord(ev.e[1], s));
+    rec.mark(s, "end", -1);
+    M3_CUDA_CHECK(cudaStreamSynchronize(s));
+    float ms = 0;
+    M3_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
+    us.push_back(double(ms) * 1e3);
+    const size_t n = rec.marks.size();
+    if (r == 0) {
+      spans.assign(n > 0 ? n - 1 : 0, {});
+      for (size_t i = 0; i + 1 < n; ++i) t.spans.push_back(OpSpan{rec.marks[i].op, rec.marks[i].layer, 0, -1});
+    }
+    M3_CHECK(n == spans.size() + 1, "bench: eager run {} made {} marks, the first made {}", r, n, spans.size() + 1);
+    for (size_t i = 0; i + 1 < n; ++i) {
+      M3_CUDA_CHECK(cudaEventElapsedTime(&ms, rec.marks[i].ev, rec.marks[i + 1].ev));
+      spans[i].push_back(double(ms) * 1e3);
+    }
+  }
+  t.us = summarize(us);
+  for (size_t i = 0; i < t.spans.size(); ++i) t.spans[i].us = summarize(spans[i]).median;
+  return t;
 }
 
 }  // namespace m3::bench

@@ -107,16 +107,15 @@ StepRunnerFactory step_path(const std::string& name) {
     if (k == name) return f;
   std::string known;
   for (auto& [k, f] : registry()) known += (known.empty() ? "" : ", ") + k;
-  M3_FAIL("bench: path '{}' is not available in this build (known: {}); the native forward registers 'native' "
-          "once it exists",
-          name, known);
+  M3_FAIL("bench: path '{}' is not available in this build (known: {})", name, known);
 }
 
 std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env) { return std::make_unique<StreamRunner>(env); }
 
 void register_builtin_paths() {
   register_step_path("stream", make_stream_runner);
-  // The native forward / mono path: register_step_path("native", make_native_runner); here.
+  register_step_path("native", make_native_runner);
+  // The mono path: register_step_path("mono", make_mono_runner); here.
 }
 
 }  // namespace m3::bench

@@ -18,6 +18,10 @@
 #include "model/prepare.h"
 #include "native/kv_cache.h"
 
+namespace m3::native {
+class PreparedWeights;
+}
+
 namespace m3::bench {
 
 // Called by a runner before each op of the step (op names as in step_bytes.h: "qkv", "kv",
@@ -32,9 +36,14 @@ struct StepEnv {
   const ModelSpec* spec = nullptr;        // the measured (shard) spec; tensor parallel size 1
   const PreparedLayout* layout = nullptr; // plan_prepared(*spec, {router_bf16}) 
   uint8_t* arena = nullptr;               // device, layout->total_bytes of random prepared weights
+  std::shared_ptr<const native::PreparedWeights> weights;  // the same arena as prepared weights (native)
   native::DeviceKvCache* cache = nullptr; // random contents; blocks enough for the largest case
   StepBytesOptions bytes_opt;             // cache dtypes
   uint64_t seed = 1;
+  // The largest case of the run (0: unknown; a path that sizes buffers once uses the cache's size):
+  int64_t max_len = 0;     // longest causal length (BenchCase::max_len)
+  int max_batch = 0;       // most decode rows
+  int64_t max_prefill = 0; // longest prefill
 };
 
 // Block tables of a case: decode row r (prefill: the one request, r = 0) owns the physical
@@ -52,6 +61,17 @@ class StepRunner {
   virtual void setup(const BenchCase& c, cudaStream_t s) = 0;
   // Enqueues one step on s (capturable). rec (may be null) is called before each op.
   virtual void enqueue(cudaStream_t s, OpRecorder* rec) = 0;
+  // False when the step of the case set up last cannot be captured (the native prefill: eager
+  // passes with host synchronization); the harness then times run_eager() with events on s.
+  virtual bool capturable() const { return true; }
+  // Runs one step now, ordered after the work on s and with s waiting for its end (events on s
+  // around the call time it). rec as in enqueue. Default: enqueue.
+  virtual void run_eager(cudaStream_t s, OpRecorder* rec) { enqueue(s, rec); }
+  // Ops this path runs as one that the accounting splits: (path op, accounting ops), e.g. the
+  // native "moe" = router + experts + shared_expert. The per-op table merges those rows.
+  virtual std::vector<std::pair<std::string, std::vector<std::string>>> op_groups() const { return {}; }
+  // After the timed steps: "" when the path's outputs are sane (or it has none), else what is wrong.
+  virtual std::string check_outputs() { return ""; }
   // Distinct routed experts per model layer read by the last step (empty: unknown; the case's
   // bytes then use the expected-random model).
   virtual std::vector<double> experts_hit() const { return {}; }
@@ -61,8 +81,8 @@ class StepRunner {
 };
 
 using StepRunnerFactory = std::function<std::unique_ptr<StepRunner>(const StepEnv&)>;
-// Paths by name. "stream" is built in (register_builtin_paths); the native forward registers
-// "native" (and mono "mono") by adding a call to register_builtin_paths() in cuda_bench.cpp.
+// Paths by name: register_builtin_paths() registers "stream" and "native" (the mono path will
+// add "mono" there).
 void register_step_path(const std::string& name, StepRunnerFactory f);
 std::vector<std::string> step_path_names();
 StepRunnerFactory step_path(const std::string& name);  // throws listing the known names
@@ -72,5 +92,13 @@ void register_builtin_paths();
 // (step_ops regions), one launch per op, in step order. Its time is the empirical floor
 // of a step issued as separate kernels (each starts cold and ramps up).
 std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env);
+
+// The "native" path: native::CudaBackend over env.weights and env.cache (native_runner.cpp).
+// Decode: the backend's decode-bucket launches (what its own graph replays: layers, final norm,
+// lm_head into device logits; not the metadata upload nor the logits copy to the host), captured
+// and replayed by the harness like any path; each row's history is declared written
+// (CudaBackend::assume_cache_filled) over the random cache. Prefill: CudaBackend::step, eager, one
+// pass of T rows (not capturable). experts_hit() counts the router's actual choices.
+std::unique_ptr<StepRunner> make_native_runner(const StepEnv& env);
 
 }  // namespace m3::bench
