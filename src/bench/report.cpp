@@ -88,7 +88,7 @@ void print_report(const BenchReport& r, std::FILE* out) {
         std::fprintf(out, "%-22s %-9s %10.1f %10.1f %10.1f %7s %10.2f %10.0f %9s\n", c.c.label().c_str(),
                      p.path.c_str(), p.us.median, p.us.p90, c.floor_us, pct(c.floor_us / p.us.median).c_str(),
                      c.bytes.total / 1e6, tok, num(tf).c_str());
-        if (c.c.is_prefill() && std::isfinite(c.flop_floor_us) && c.flop_floor_us > 0)
+        if (c.c.is_prefill() && p.path != "stream" && std::isfinite(c.flop_floor_us) && c.flop_floor_us > 0)
           std::fprintf(out, "    FLOP floor %.1f us (%.3g TFLOP at %.0f TFLOP/s): %s of it\n", c.flop_floor_us,
                        c.bytes.flops / 1e12, r.tc_peak_tflops, pct(c.flop_floor_us / p.us.median).c_str());
         if (!p.note.empty()) std::fprintf(out, "    (%s)\n", p.note.c_str());
