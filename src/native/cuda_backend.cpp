@@ -104,7 +104,7 @@ class CudaBackendImpl final : public CudaBackend {
              "cuda backend: hidden {} and q_dim {} must be multiples of 4 (16-byte activation rows)", spec_.hidden,
              spec_.q_dim());
     logits_rows_ = std::max(opt_.logits_rows, opt_.max_graph_batch);
-    path_ = opt_.fp32_activations ? LinearPath::Gemv : LinearPath::Auto;
+    path_ = LinearPath::Auto;  // tensor-core linears for every M (fp32_activations: no effect)
     table_width_ = (opt_.max_model_len + bs - 1) / bs;
 
     M3_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

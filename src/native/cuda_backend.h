@@ -42,9 +42,8 @@ struct CudaBackendOptions {
   DType kv_dtype = DType::F8_E4M3;  // main K/V cache: F8_E4M3 or BF16
   DType ik_dtype = DType::F8_E4M3;  // index-K cache: F8_E4M3 or BF16
   float k_scale = 1, v_scale = 1, ik_scale = 1;  // FP8 cache scales (every layer)
-  // Every linear layer on the fp32-activation GEMV, never the bf16-activation GEMM that passes of
-  // more than 16 rows take by default (exact activations, slow prefill). Tests use it to tell
-  // activation rounding apart from everything else.
+  // No effect: every linear layer keeps fp32 activations (bf16 hi + lo on tensor cores, any M;
+  // native/linear.h). Kept for the tests' variants.
   bool fp32_activations = false;
   bool cuda_graphs = true;     // replay captured graphs for decode buckets
   int max_graph_batch = 64;    // largest decode bucket (a power of two, <= max_tokens)

@@ -1,21 +1,12 @@
-// Launchers of the linear layers (native/linear.h): the GEMV kernels (kernels/gemv.cuh), one block
-// per work item, and the GEMM path through cuBLASLt with the small conversion kernels it needs.
-#include <cublasLt.h>
-
+// Launchers of the linear layers (native/linear.h): the tensor-core kernel (kernels/mma_linear.cuh)
+// in its wide (decode: one CTA of P warps per tile) and deep (prefill: one warp per tile) modes,
+// and the CUDA-core GEMV (kernels/gemv.cuh), one block per work item.
 #include <algorithm>
-#include <array>
-#include <map>
 
 #include "kernels/gemv.cuh"
-#include "kernels/swiglu.cuh"
+#include "kernels/mma_linear.cuh"
 #include "native/cuda_check.h"
 #include "native/linear.h"
-
-#define M3_CUBLAS_CHECK(expr)                                                     \
-  do {                                                                            \
-    cublasStatus_t _s = (expr);                                                   \
-    M3_CHECK(_s == CUBLAS_STATUS_SUCCESS, "cuBLASLt error {} in {}", int(_s), #expr); \
-  } while (0)
 
 namespace m3::native {
 
@@ -59,145 +50,81 @@ void check_act(const ActIn& x, int K, int M, const char* what) {
            "{}: activation rows must be 16-byte aligned with ld >= K (ld {}, K {})", what, x.ld, K);
 }
 
-// ---- GEMM path helpers ----
+// ---- tensor-core kernel ----
 
-__global__ void f32_to_bf16_kernel(const float* x, int64_t ldx, uint16_t* y, int64_t ldy, int M, int K, int Kp) {
-  const int t = blockIdx.y;
-  for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < Kp; k += gridDim.x * blockDim.x)
-    y[int64_t(t) * ldy + k] = k < K ? f32_to_bf16(x[int64_t(t) * ldx + k]) : uint16_t(0);
+using kernels::MmaLinearParams;
+
+template <WeightFmt W, ActFmt X, int RT, int NT>
+__global__ void __launch_bounds__(kernels::kMmaMaxChains * 32, 1) mma_wide_kernel(MmaLinearParams p) {
+  extern __shared__ float smem[];
+  kernels::mma_linear_wide_work<W, X, RT, NT>(p, int(blockIdx.x), int(blockIdx.y), int(threadIdx.x), smem);
 }
-__global__ void bf16_copy_kernel(const uint16_t* x, int64_t ldx, uint16_t* y, int64_t ldy, int M, int K, int Kp) {
-  const int t = blockIdx.y;
-  for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < Kp; k += gridDim.x * blockDim.x)
-    y[int64_t(t) * ldy + k] = k < K ? x[int64_t(t) * ldx + k] : uint16_t(0);
+// The decode tile (1 x 1) is held to 72 registers: 28 warps per SM, so two CTAs of up to 14 warps
+// share an SM (mma_linear_chains aims at 14 warps per SM: one wave).
+template <WeightFmt W, ActFmt X>
+__global__ void __maxnreg__(72) mma_decode_kernel(MmaLinearParams p) {
+  extern __shared__ float smem[];
+  kernels::mma_linear_wide_work<W, X, 1, 1>(p, int(blockIdx.x), int(blockIdx.y), int(threadIdx.x), smem);
 }
-// FP8 codes of rows [0, n) -> bf16, 16 codes per thread (exact: every E4M3 value is a bf16 value;
-// hardware e4m3x2 -> f16x2, then f16 -> f32 -> bf16 without rounding), no scale. Code rows are
-// zero past K, so the bf16 rows [chunks * 16] come out zero-padded.
-__global__ void fp8_rows_to_bf16_kernel(const uint8_t* codes, int64_t ld, uint16_t* out, int64_t ldo, int chunks) {
-  const int r = blockIdx.y;
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < chunks; c += gridDim.x * blockDim.x) {
-    const uint4 v = *reinterpret_cast<const uint4*>(codes + int64_t(r) * ld + int64_t(c) * 16);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    uint32_t o[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float2 f = kernels::wstream::fp8x2_to_float2(w[i] >> (16 * j));
-        o[2 * i + j] = (__float_as_uint(f.x) >> 16) | (__float_as_uint(f.y) & 0xffff0000u);
-      }
-    uint4* dst = reinterpret_cast<uint4*>(out + int64_t(r) * ldo + int64_t(c) * 16);
-    dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-    dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+
+template <WeightFmt W, ActFmt X, int RT, int NT>
+__global__ void __launch_bounds__(kernels::kMmaDeepWarps * 32, 1) mma_deep_kernel(MmaLinearParams p, int tiles_n) {
+  constexpr int kPerWarp = kernels::mma_deep_smem_floats_per_warp<RT, NT>();
+  __shared__ float smem[kernels::kMmaDeepWarps * kPerWarp];
+  const int warp = int(threadIdx.x) >> 5;
+  const int tile_n = int(blockIdx.x) * kernels::kMmaDeepWarps + warp;
+  if (tile_n >= tiles_n) return;  // the deep work has no block barrier
+  kernels::mma_linear_deep_work<W, X, RT, NT>(p, tile_n, int(blockIdx.y), int(threadIdx.x) & 31, smem + warp * kPerWarp);
+}
+
+int device_sms() {
+  static int sms[64] = {};
+  int dev = 0;
+  M3_CUDA_CHECK(cudaGetDevice(&dev));
+  M3_CHECK(dev >= 0 && dev < 64, "mma_linear: device {} out of range", dev);
+  if (!sms[dev]) M3_CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev));
+  return sms[dev];
+}
+
+template <WeightFmt W, ActFmt X, int RT, int NT>
+void launch_wide(const MmaLinearParams& p, cudaStream_t s) {
+  const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned((p.M + 8 * NT - 1) / (8 * NT)));
+  const size_t smem = size_t(kernels::mma_wide_smem_floats<RT, NT>(p.chains)) * sizeof(float);
+  static_assert(size_t(kernels::mma_wide_smem_floats<RT, NT>(kernels::kMmaMaxChains)) * 4 <= 48 * 1024,
+                "wide tile needs more than the default shared memory");
+  if constexpr (RT == 1 && NT == 1) mma_decode_kernel<W, X><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
+  else mma_wide_kernel<W, X, RT, NT><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
+  M3_LAUNCH_CHECK(s);
+}
+
+template <WeightFmt W, ActFmt X, int RT, int NT>
+void launch_deep(const MmaLinearParams& p, cudaStream_t s) {
+  const int tiles_n = (p.N + 16 * RT - 1) / (16 * RT);
+  const dim3 grid(unsigned((tiles_n + kernels::kMmaDeepWarps - 1) / kernels::kMmaDeepWarps),
+                  unsigned((p.M + 8 * NT - 1) / (8 * NT)));
+  mma_deep_kernel<W, X, RT, NT><<<grid, unsigned(32 * kernels::kMmaDeepWarps), 0, s>>>(p, tiles_n);
+  M3_LAUNCH_CHECK(s);
+}
+
+template <WeightFmt W, ActFmt X>
+void launch_mma(const MmaLinearParams& p, MmaTiling t, cudaStream_t s) {
+  if (t.deep) {
+    if (t.rt == 4 && t.nt == 4) return launch_deep<W, X, 4, 4>(p, s);
+  } else {
+    if (t.rt == 1 && t.nt == 1) return launch_wide<W, X, 1, 1>(p, s);
+    if (t.rt == 1 && t.nt == 2) return launch_wide<W, X, 1, 2>(p, s);
+    if (t.rt == 2 && t.nt == 1) return launch_wide<W, X, 2, 1>(p, s);
+    if (t.rt == 2 && t.nt == 2) return launch_wide<W, X, 2, 2>(p, s);
+    if (t.rt == 4 && t.nt == 1) return launch_wide<W, X, 4, 1>(p, s);
   }
-}
-__global__ void scale_cols_kernel(float* y, int64_t ldy, const float* scale, int N) {
-  const int t = blockIdx.y;
-  for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x) y[int64_t(t) * ldy + n] *= scale[n];
-}
-__global__ void swiglu_rows_kernel(const float* gu, int64_t ldg, float* h, int64_t ldh, int I, float alpha, float limit) {
-  const int t = blockIdx.y;
-  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < I; j += gridDim.x * blockDim.x)
-    h[int64_t(t) * ldh + j] = kernels::swiglu_oai_f32(gu[int64_t(t) * ldg + 2 * j], gu[int64_t(t) * ldg + 2 * j + 1],
-                                                      alpha, limit);
-}
-
-dim3 rows_grid(int cols, int rows) { return dim3(unsigned(std::min((cols + 255) / 256, 64)), unsigned(rows)); }
-
-int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
-
-// x (any ActIn) -> bf16 [M][Kp] in scratch slot `which`.
-const uint16_t* act_to_bf16(LinearContext& ctx, int which, const ActIn& x, int M, int K, int64_t Kp, cudaStream_t s) {
-  auto* xb = static_cast<uint16_t*>(ctx.scratch(which, size_t(M) * size_t(Kp) * 2));
-  // NOTE: grid.y is limited to 65535 rows per launch
-  for (int t0 = 0; t0 < M; t0 += 65535) {
-    const int m = std::min(65535, M - t0);
-    if (x.dtype == DType::F32)
-      f32_to_bf16_kernel<<<rows_grid(int(Kp), m), 256, 0, s>>>(static_cast<const float*>(x.data) + int64_t(t0) * x.ld,
-                                                               x.ld, xb + int64_t(t0) * Kp, Kp, m, K, int(Kp));
-    else
-      bf16_copy_kernel<<<rows_grid(int(Kp), m), 256, 0, s>>>(static_cast<const uint16_t*>(x.data) + int64_t(t0) * x.ld,
-                                                             x.ld, xb + int64_t(t0) * Kp, Kp, m, K, int(Kp));
-    M3_LAUNCH_CHECK(s);
-  }
-  return xb;
-}
-
-// The heuristic's pick per GEMM shape and alignment (the query costs tens of microseconds).
-using AlgoKey = std::array<int64_t, 9>;
-using AlgoCache = std::map<AlgoKey, cublasLtMatmulAlgo_t>;
-
-// Y[M][ldy] (fp32) = X[M][K] (bf16, ldx) * W[N][K]^T (bf16, ldw elements); no split-K reduction
-// schemes, so the result does not depend on timing.
-void gemm_bf16(LinearContext& ctx, const uint16_t* W, int64_t ldw, int N, int K, const uint16_t* X, int64_t ldx, int M,
-               float* Y, int64_t ldy, cudaStream_t s) {
-  auto h = static_cast<cublasLtHandle_t>(ctx.lt_handle());
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  M3_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  M3_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  M3_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  M3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, uint64_t(K), uint64_t(N), ldw));
-  M3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, uint64_t(K), uint64_t(M), ldx));
-  M3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, uint64_t(N), uint64_t(M), ldy));
-  M3_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws = ctx.workspace_bytes();
-  M3_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-  // the alignment each pointer really has (the heuristic otherwise assumes 256 bytes)
-  auto align_of = [](const void* ptr) {
-    uint32_t a = 256;
-    while (a > 1 && reinterpret_cast<uintptr_t>(ptr) % a) a >>= 1;
-    return a;
-  };
-  const uint32_t al_a = align_of(W), al_b = align_of(X), al_c = align_of(Y);
-  M3_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-  M3_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-  M3_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-  M3_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-  uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
-  M3_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
-  auto& cache = *static_cast<AlgoCache*>(ctx.algo_cache());
-  const AlgoKey key{N, K, M, ldw, ldx, ldy, al_a, al_b, al_c};
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    cublasLtMatmulHeuristicResult_t res{};
-    int found = 0;
-    M3_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op, a, b, c, c, pref, 1, &res, &found));
-    M3_CHECK(found > 0, "cuBLASLt: no bf16 GEMM algorithm for N {} K {} M {}", N, K, M);
-    it = cache.emplace(key, res.algo).first;
-  }
-  const float alpha = 1.f, beta = 0.f;
-  M3_CUBLAS_CHECK(cublasLtMatmul(h, op, &alpha, W, a, X, b, &beta, Y, c, Y, c, &it->second, ctx.workspace(), ws, s));
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(c);
-  cublasLtMatmulDescDestroy(op);
-}
-
-bool use_gemm(int M, LinearPath path) {
-  return path == LinearPath::Gemm || (path == LinearPath::Auto && M > kGemvMaxM);
+  M3_FAIL("mma_linear: no {} tiling rt {} nt {}", t.deep ? "deep" : "wide", t.rt, t.nt);
 }
 
 }  // namespace
 
-LinearContext::LinearContext() {
-  cublasLtHandle_t h;
-  M3_CUBLAS_CHECK(cublasLtCreate(&h));
-  handle_ = h;
-  workspace_bytes_ = size_t(32) << 20;
-  M3_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-  cache_ = new AlgoCache();
-}
 LinearContext::~LinearContext() {
   for (void* b : bufs_)
     if (b) cudaFree(b);
-  if (workspace_) cudaFree(workspace_);
-  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
-  delete static_cast<AlgoCache*>(cache_);
 }
 void* LinearContext::scratch(int which, size_t bytes) {
   M3_CHECK(which >= 0 && which < 4, "LinearContext::scratch: slot {} out of range", which);
@@ -243,47 +170,73 @@ void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N
   }
 }
 
+int mma_chains(int N, int K) { return kernels::mma_linear_chains(N, K, device_sms()); }
+
+// Picked from a sweep on the H200 (tests/gpu/test_mma_linear.cpp, GpuMmaLinearBench): decode
+// 1 x 1 (one wave of CTAs over all row tiles); 2 x 2 from 9 tokens (weights and activations each
+// reused twice from registers); deep 4 x 4 once there are enough 64 x 32 tiles to fill the device.
+MmaTiling mma_tiling_for(int N, int K, int M) {
+  (void)K;
+  if (M <= 8) return {1, 1, false};
+  const int64_t deep_tiles = int64_t((N + 63) / 64) * ((M + 31) / 32);
+  if (M > 64 && deep_tiles >= int64_t(4) * device_sms()) return {4, 4, true};
+  return {2, 2, false};
+}
+
+void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
+                float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream, MmaTiling tiling) {
+  check_act(x, K, M, "mma_linear");
+  M3_CHECK(wdtype == DType::F8_E4M3 || wdtype == DType::BF16, "mma_linear: weights must be F8_E4M3 or BF16, got {}",
+           dtype_name(wdtype));
+  const int64_t esize = wdtype == DType::F8_E4M3 ? 1 : 2;
+  M3_CHECK(w && N > 0 && K > 0 && ld_w % 16 == 0 && ld_w >= K * esize && reinterpret_cast<uintptr_t>(w) % 16 == 0,
+           "mma_linear: weight [{} x {}] {} needs 16-byte aligned rows of ld >= {} bytes (ld {})", N, K,
+           dtype_name(wdtype), K * esize, ld_w);
+  M3_CHECK(!swiglu || N % 2 == 0, "mma_linear: SwiGLU needs an even row count, got {}", N);
+  M3_CHECK(y && ld_y >= (swiglu ? N / 2 : N), "mma_linear: output ld {} < {}", ld_y, swiglu ? N / 2 : N);
+  M3_CHECK(wdtype != DType::F8_E4M3 || w_scale, "mma_linear: FP8 weights need their row scales");
+  M3_CHECK(M <= 65535 * 8, "mma_linear: M {} too large for one launch", M);
+  MmaLinearParams p;
+  p.w = static_cast<const uint8_t*>(w);
+  p.w_scale = w_scale;
+  p.ld_w = ld_w;
+  p.x = x.data;
+  p.ld_x = x.ld;
+  p.y = y;
+  p.ld_y = ld_y;
+  p.N = N;
+  p.K = K;
+  p.M = M;
+  p.chains = mma_chains(N, K);
+  p.swiglu = swiglu ? 1 : 0;
+  p.alpha = alpha;
+  p.limit = limit;
+  if (tiling.rt == 0) tiling = mma_tiling_for(N, K, M);
+  if (wdtype == DType::F8_E4M3) {
+    if (x.dtype == DType::BF16) launch_mma<WeightFmt::FP8, ActFmt::BF16>(p, tiling, stream);
+    else launch_mma<WeightFmt::FP8, ActFmt::F32>(p, tiling, stream);
+  } else {
+    if (x.dtype == DType::BF16) launch_mma<WeightFmt::BF16, ActFmt::BF16>(p, tiling, stream);
+    else launch_mma<WeightFmt::BF16, ActFmt::F32>(p, tiling, stream);
+  }
+}
+
 void linear_fp8(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,
                 LinearContext* ctx, LinearPath path) {
-  if (!use_gemm(M, path)) {
+  (void)ctx;
+  if (path == LinearPath::Gemv)
     gemv(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
-    return;
-  }
-  M3_CHECK(ctx, "linear_fp8: M = {} takes the GEMM path, which needs a LinearContext", M);
-  check_act(x, w.cols, M, "linear_fp8");
-  const int64_t Kp = round_up(w.cols, 16);  // = the code row length: whole 16-code chunks
-  M3_CHECK(w.ld >= Kp && w.ld % 16 == 0, "linear_fp8: code rows of {} bytes, expected >= {}", w.ld, Kp);
-  const uint16_t* xb = act_to_bf16(*ctx, 0, x, M, w.cols, Kp, stream);
-  // decode the weight in row chunks of about 64 MiB of bf16
-  const int chunk = int(std::clamp<int64_t>((int64_t(64) << 20) / (Kp * 2) / 256 * 256, 256, 65280));
-  auto* wb = static_cast<uint16_t*>(ctx->scratch(1, size_t(std::min(chunk, w.rows)) * size_t(Kp) * 2));
-  for (int n0 = 0; n0 < w.rows; n0 += chunk) {
-    const int nc = std::min(chunk, w.rows - n0);
-    fp8_rows_to_bf16_kernel<<<rows_grid(int(Kp / 16), nc), 256, 0, stream>>>(w.codes + int64_t(n0) * w.ld, w.ld, wb,
-                                                                              Kp, int(Kp / 16));
-    M3_LAUNCH_CHECK(stream);
-    gemm_bf16(*ctx, wb, Kp, nc, w.cols, xb, Kp, M, y + n0, ld_y, stream);
-  }
-  for (int t0 = 0; t0 < M; t0 += 65535) {
-    const int m = std::min(65535, M - t0);
-    scale_cols_kernel<<<rows_grid(w.rows, m), 256, 0, stream>>>(y + int64_t(t0) * ld_y, ld_y, w.scales, w.rows);
-    M3_LAUNCH_CHECK(stream);
-  }
+  else
+    mma_linear(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
 }
 
 void linear_dense(const DenseWeight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,
                   LinearContext* ctx, LinearPath path) {
-  if (!use_gemm(M, path) || w.dtype == DType::F32) {
+  (void)ctx;
+  if (path == LinearPath::Gemv || w.dtype == DType::F32)
     gemv(w.data, w.dtype, nullptr, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
-    return;
-  }
-  M3_CHECK(ctx, "linear_dense: M = {} takes the GEMM path, which needs a LinearContext", M);
-  M3_CHECK(w.dtype == DType::BF16, "linear_dense: GEMM path needs BF16 weights, got {}", dtype_name(w.dtype));
-  check_act(x, w.cols, M, "linear_dense");
-  const int64_t Kp = round_up(w.cols, 8);
-  M3_CHECK(w.ld >= Kp * 2, "linear_dense: weight rows of {} bytes < {}", w.ld, Kp * 2);
-  const uint16_t* xb = act_to_bf16(*ctx, 0, x, M, w.cols, Kp, stream);
-  gemm_bf16(*ctx, static_cast<const uint16_t*>(w.data), w.ld / 2, w.rows, w.cols, xb, Kp, M, y, ld_y, stream);
+  else
+    mma_linear(w.data, w.dtype, nullptr, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
 }
 
 void dense_mlp(const DenseWeight& gate_up, const DenseWeight& down, const ActIn& x, int M, float alpha, float limit,
@@ -294,20 +247,12 @@ void dense_mlp(const DenseWeight& gate_up, const DenseWeight& down, const ActIn&
            "dense_mlp: gate_up [{} x {}] and down [{} x {}] do not match", gate_up.rows, gate_up.cols, down.rows,
            down.cols);
   M3_CHECK(ld_h >= I && ld_h % 4 == 0, "dense_mlp: h ld {} must be >= {} and a multiple of 4", ld_h, I);
-  if (!use_gemm(M, path)) {
+  if (path == LinearPath::Gemv || gate_up.dtype == DType::F32)
     gemv(gate_up.data, gate_up.dtype, nullptr, gate_up.ld, gate_up.rows, gate_up.cols, x, M, h, ld_h, true, alpha,
          limit, stream);
-  } else {
-    M3_CHECK(ctx, "dense_mlp: M = {} takes the GEMM path, which needs a LinearContext", M);
-    auto* gu = static_cast<float*>(ctx->scratch(2, size_t(M) * size_t(gate_up.rows) * 4));
-    linear_dense(gate_up, x, M, gu, gate_up.rows, stream, ctx, LinearPath::Gemm);
-    for (int t0 = 0; t0 < M; t0 += 65535) {
-      const int m = std::min(65535, M - t0);
-      swiglu_rows_kernel<<<rows_grid(I, m), 256, 0, stream>>>(gu + int64_t(t0) * gate_up.rows, gate_up.rows,
-                                                              h + int64_t(t0) * ld_h, ld_h, I, alpha, limit);
-      M3_LAUNCH_CHECK(stream);
-    }
-  }
+  else
+    mma_linear(gate_up.data, gate_up.dtype, nullptr, gate_up.ld, gate_up.rows, gate_up.cols, x, M, h, ld_h, true,
+               alpha, limit, stream);
   ActIn hin{h, DType::F32, ld_h};
   linear_dense(down, hin, M, out, ld_out, stream, ctx, path);
 }

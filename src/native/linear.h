@@ -2,11 +2,13 @@
 //   linear_fp8  : y[t, n] = s_n * sum_k e4m3(W[n, k]) x[t, k]   (FP8 row-scaled, attention q/k/v/o)
 //   linear_dense: y[t, n] = sum_k W[n, k] x[t, k]                 (BF16 lm_head / dense MLP, F32|BF16 router)
 //   dense_mlp   : h = swiglu_oai(gate/up interleaved rows) [M, I], out = W_down h
-// Up to kGemvMaxM tokens run the weight-streaming GEMV (kernels/gemv.cuh); more run a GEMM
-// (cuBLASLt bf16 with fp32 accumulation and output; FP8 weights are decoded to bf16 exactly in row
-// chunks first and the row scale is applied to the fp32 result; fp32 activations are rounded to
-// bf16 for the GEMM). F32 weights (the router) always take the GEMV, in passes of 16 tokens.
-// All pointers are device pointers; outputs fp32. Asynchronous on `stream`.
+// FP8 and BF16 weights run the tensor-core kernel (kernels/mma_linear.cuh) for every M: fp32
+// activations are split into bf16 hi + lo (both multiplied), fp32 accumulation, and a row's result
+// is bitwise independent of M and of the other rows (the K split and the order partial sums are
+// added in depend on N, K and the device's SM count only). F32 weights (the router) and
+// LinearPath::Gemv run the CUDA-core weight-streaming GEMV (kernels/gemv.cuh), whose per-row
+// order does not depend on M either. No cuBLAS. All pointers are device pointers; outputs fp32.
+// Asynchronous on `stream`.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -35,31 +37,25 @@ struct ActIn {  // activations [M][ld elements], BF16 or F32, rows 16-byte align
   int64_t ld = 0;
 };
 
+// Tokens per pass of the CUDA-core GEMV (more tokens run in further passes over the same rows).
 inline constexpr int kGemvMaxM = 16;
+// Auto and Gemm: the tensor-core kernel (FP8 / BF16 weights; F32 weights take the GEMV).
+// Gemv: the CUDA-core GEMV for any M (the router; the bench's comparison).
 enum class LinearPath { Auto, Gemv, Gemm };
 
-// cuBLASLt handle, its workspace and scratch for the GEMM path (decoded weight chunks, bf16
-// activations, fp32 gate/up). Scratch grows on first use of a larger shape: run each shape once
-// eagerly before capturing a graph. One context per stream.
+// Kept for the callers' API: the kernels need no handle or scratch. scratch() hands out device
+// buffers kept between calls (grown on first use of a larger size: not inside graph capture).
 class LinearContext {
  public:
-  LinearContext();
+  LinearContext() = default;
   ~LinearContext();
   LinearContext(const LinearContext&) = delete;
   LinearContext& operator=(const LinearContext&) = delete;
-  void* scratch(int which, size_t bytes);  // which: 0..3, device buffers kept between calls
-  void* lt_handle() const { return handle_; }
-  void* algo_cache() const { return cache_; }  // cuBLASLt algorithms by GEMM shape (linear.cu)
-  void* workspace() const { return workspace_; }
-  size_t workspace_bytes() const { return workspace_bytes_; }
+  void* scratch(int which, size_t bytes);  // which: 0..3
 
  private:
-  void* handle_ = nullptr;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
   void* bufs_[4] = {};
   size_t sizes_[4] = {};
-  void* cache_ = nullptr;
 };
 
 void linear_fp8(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,
@@ -75,5 +71,21 @@ void dense_mlp(const DenseWeight& gate_up, const DenseWeight& down, const ActIn&
 // The GEMV alone with an optional SwiGLU epilogue over interleaved rows (y gets rows/2 columns).
 void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
           float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream);
+
+// Tiling of the tensor-core kernel: tiles of 16*rt weight rows x 8*nt tokens; deep: one warp walks
+// all K chains of its tile (prefill), else one CTA of P warps walks them in parallel (decode).
+// Every tiling gives bitwise the same rows (tested); rt = 0 picks by shape (mma_tiling_for).
+// Instantiated: wide (1,1) (1,2) (2,1) (2,2) (4,1), deep (4,4).
+struct MmaTiling {
+  int rt = 0, nt = 0;
+  bool deep = false;
+};
+MmaTiling mma_tiling_for(int N, int K, int M);
+int mma_chains(int N, int K);  // P on the current device (kernels/mma_linear.cuh)
+// The tensor-core kernel alone (FP8 with its row scales, or BF16 weights), optional SwiGLU
+// epilogue over interleaved rows.
+void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
+                float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream,
+                MmaTiling tiling = {});
 
 }  // namespace m3::native

@@ -91,23 +91,16 @@ std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream
       fill_random(x8.p, 1, int64_t(maxM) * ld, int64_t(maxM) * ld, FillFormat::Fp8, 0, 0, o.seed + 6, s);
       fill_random(xs.p, 1, int64_t(maxM) * 4, int64_t(maxM) * 4, FillFormat::F32, 0.5f, 1.5f, o.seed + 7, s);
       for (int M : o.Ms) {
-        M3_CHECK(M >= 1 && M <= native::kGemvMaxM, "bench: gemv M {} outside [1, {}]", M, native::kGemvMaxM);
+        M3_CHECK(M >= 1 && M <= maxM, "bench: gemv M {} outside [1, {}]", M, maxM);
         auto view = [&](int i) {
           const uint8_t* p = w.as<uint8_t>() + size_t(i) * one;
           return native::Fp8Weight{p, reinterpret_cast<const float*>(p + cb), N, K, ld};
         };
-        auto gemv = [&](int i, cudaStream_t st) {
-          native::linear_fp8(view(i), native::ActIn{x.p, DType::F32, ld}, M, y.as<float>(), N, st, nullptr,
-                             native::LinearPath::Gemv);
-        };
-        gemv(0, s);  // eager first (module load, checks)
-        M3_CUDA_CHECK(cudaStreamSynchronize(s));
+        // the tensor-core kernel (the native path for every M) and the CUDA-core GEMV (up to 16)
         KernelResult k;
-        k.kernel = "fp8_gemv";
         k.shape = fmt::format("{}x{} tp{} {} x f32", N, K, tp, sh.what);
         k.M = M;
         k.bytes = double(cb + sb);
-        k.us = rotation_us(nb, gemv, o.warmup, o.reps, s);
         k.read_us = read_us;
         k.flops = 2.0 * M * N * K;
         k.cublas_us = NAN;
@@ -129,7 +122,17 @@ std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream
             cudaGetLastError();
           }
         }
-        out.push_back(k);
+        for (native::LinearPath path : {native::LinearPath::Auto, native::LinearPath::Gemv}) {
+          if (path == native::LinearPath::Gemv && M > native::kGemvMaxM) continue;
+          auto run = [&](int i, cudaStream_t st) {
+            native::linear_fp8(view(i), native::ActIn{x.p, DType::F32, ld}, M, y.as<float>(), N, st, nullptr, path);
+          };
+          run(0, s);  // eager first (module load, checks)
+          M3_CUDA_CHECK(cudaStreamSynchronize(s));
+          k.kernel = path == native::LinearPath::Auto ? "fp8_mma" : "fp8_gemv";
+          k.us = rotation_us(nb, run, o.warmup, o.reps, s);
+          out.push_back(k);
+        }
       }
     }
   }

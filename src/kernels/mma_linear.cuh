@@ -1,0 +1,481 @@
+// Batch-invariant linear layers on tensor cores, any number of tokens M (native/linear.h):
+//   plain : y[t, n] = s_n * sum_k W[n, k] x[t, k]          (s_n: FP8 row scale, else 1)
+//   swiglu: y[t, j] = swiglu_oai(s_2j * row 2j, s_2j+1 * row 2j+1)   (rows interleaved gate/up)
+// W: FP8 E4M3 codes or BF16, [N rows][ld_w bytes] (ld_w % 16 == 0, zero past K); scales [N] fp32;
+// x: fp32 or bf16 [M][ld_x] (rows 16-byte aligned); y: fp32 [M][ld_y].
+//
+// MMA (swap-AB). mma.sync m16n8k16 bf16 x bf16 -> fp32: the MMA's 16 "rows" are 16 weight rows
+// (output channels) and its 8 "columns" are 8 tokens. A warp owns 16*RT rows x 8*NT tokens: RT
+// row tiles, NT token tiles, RT*NT accumulator fragments, the weight fragments reused by every
+// token tile. Lane l: g = l / 4 (row g and g + 8 of a row tile; token g of a token tile),
+// t = l % 4.
+// Operands in bf16, exactly:
+//   - FP8 E4M3 codes: the 7 magnitude bits are placed at bf16 bits 10..4 (exponent low 4 bits,
+//     mantissa top 3) and the sign at bit 15, which is the code's value times 2^-120 (normals
+//     and subnormals alike, since bf16 has subnormals down to 2^-133); one bf16x2 multiply by
+//     2^120 gives the value exactly. Codes 0x7f / 0xff (NaN) would decode to +-480; the
+//     prepared store never holds them (the quantizer saturates to 448 and rejects NaN input).
+//   - BF16 weights: as they are.
+//   - fp32 activations: x = hi + lo with hi = bf16_rn(x), lo = bf16_rn(x - hi) (x - hi is exact
+//     in fp32), so |x - hi - lo| <= 2^-18 |x|; both are multiplied (two MMAs, hi first).
+//     bf16 activations: hi only (one MMA).
+// K order (free inside a k16 step as long as A and B agree): K is cut into blocks of 64
+// elements. In block b, lane t owns the 16 contiguous elements k = 64b + 16t .. +15 of its rows
+// (one 16-byte load per row for FP8, two for BF16) and of its token; MMA step s (0..3) of the
+// block uses elements 64b + 16t + 4s + {0,1,2,3} as the step's logical columns
+// {2t, 2t+1, 2t+8, 2t+9}:  a0 = row g e{0,1}, a1 = row g+8 e{0,1}, a2 = row g e{2,3},
+// a3 = row g+8 e{2,3};  b0 = token g e{0,1}, b1 = token g e{2,3}.  (16t + 4s + e over t, s, e
+// covers the block once.) Elements at or past K read as zero (weights and activations).
+//
+// Summation order (the invariance contract). With B = ceil(K / 64) blocks and P chains
+// (mma_linear_chains: a function of N, K and the device's SM count ONLY):
+//   chain j covers blocks [j*B/P, (j+1)*B/P);
+//   block sum  = the block's 4 steps (hi MMA then lo MMA each) accumulated from +0 in the MMA;
+//   chain sum  = +0 + block sum + block sum + ... in block order (fp32 adds);
+//   row total  = chain 0 + chain 1 + ... + chain P-1 (left to right, fp32 adds);
+//   y          = total * s_n (FP8), then the SwiGLU epilogue where asked.
+// Every MMA output element depends only on its own row of A and column of B, so a token's result
+// depends on its own activations, the weights and (N, K, SMs): never on M, on the other tokens,
+// on which token tile or MMA column it lands in, or on the tiling (RT, NT) or the mode below.
+// No atomics; no cross-CTA sums.
+// Two ways to walk the same chains:
+//   wide (decode): one CTA = one tile of 16*RT rows x 8*NT tokens, P warps = the P chains in
+//     parallel; the chain sums meet in shared memory and are added in chain order.
+//   deep (prefill): one warp = one tile, all P chains one after another; the running total (over
+//     chains) is kept in shared memory, the per-chain sum in registers.
+// Decode streams weights with ld.global.nc.L1::no_allocate (16 bytes per lane and row, U blocks
+// in flight per warp); activations go through L1 (__ldg), 16 bytes per lane, step and tile.
+#pragma once
+#include <cstdint>
+
+#include "kernels/swiglu.cuh"
+#include "kernels/weight_stream.cuh"
+
+namespace m3::kernels {
+
+constexpr int kMmaKBlock = 64;     // K elements per block
+constexpr int kMmaMaxChains = 16;  // warps per CTA in the wide mode
+constexpr int kMmaDeepWarps = 4;   // warps per CTA in the deep mode (independent tiles)
+
+struct MmaLinearParams {
+  const uint8_t* w = nullptr;      // [N][ld_w bytes]
+  const float* w_scale = nullptr;  // [N] (FP8 only)
+  int64_t ld_w = 0;
+  const void* x = nullptr;         // [M][ld_x] bf16 or fp32
+  int64_t ld_x = 0;
+  float* y = nullptr;              // [M][ld_y]
+  int64_t ld_y = 0;
+  int N = 0, K = 0, M = 0;
+  int chains = 1;                  // P (mma_linear_chains)
+  int swiglu = 0;                  // 1: interleaved gate/up rows, N even, y has N/2 columns
+  float alpha = 1.702f, limit = 7.0f;
+};
+
+// P: enough warps in flight to stream the weights at decode (about 14 per SM over the ceil(N/16)
+// row tiles: with more than one CTA per SM, at most 14 warps each), at most kMmaMaxChains and at
+// most one chain per block. Depends on N, K, SMs only.
+__host__ __device__ inline int mma_linear_chains(int N, int K, int sms) {
+  const int tiles = (N + 15) / 16, blocks = (K + kMmaKBlock - 1) / kMmaKBlock;
+  int p = (sms * 14 + tiles - 1) / tiles;
+  p = p < kMmaMaxChains ? p : kMmaMaxChains;
+  p = p < blocks ? p : blocks;
+  return p < 1 ? 1 : p;
+}
+
+namespace mma {
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Four E4M3 codes (bytes of w, element i in byte i) -> bf16x2 {e0, e1} and {e2, e3}, exact.
+// Code c = s eeee mmm; the bf16 pattern of its value * 2^-120 has low byte (c & 0x0f) << 4 (e0 m2 m1
+// m0 0000) and high byte (c & 0x80) | (c >> 4 & 0x07) (s 0000 e3 e2 e1): two masks per word build
+// all four low / high bytes, two byte permutes interleave them, one bf16x2 multiply per pair.
+__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  constexpr uint32_t kTwo120 = 0x7b807b80u;  // bf16x2 {2^120, 2^120}
+  const uint32_t lb = (w << 4) & 0xf0f0f0f0u;
+  const uint32_t hb = ((w >> 4) & 0x07070707u) | (w & 0x80808080u);
+  lo = bf16x2_mul(__byte_perm(lb, hb, 0x5140), kTwo120);
+  hi = bf16x2_mul(__byte_perm(lb, hb, 0x7362), kTwo120);
+}
+
+// bf16x2 {lo element, hi element}, round to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16x2(float e0, float e1) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(e1), "f"(e0));
+  return d;
+}
+
+// x = hi + lo for a pair of fp32 values (hi = bf16(x), lo = bf16(x - hi)).
+__device__ __forceinline__ void split_hi_lo(float e0, float e1, uint32_t& hi, uint32_t& lo) {
+  hi = pack_bf16x2(e0, e1);
+  const float r0 = __fsub_rn(e0, __uint_as_float(hi << 16));
+  const float r1 = __fsub_rn(e1, __uint_as_float(hi & 0xffff0000u));
+  lo = pack_bf16x2(r0, r1);
+}
+
+// The A fragment of step s from one 16-element run per row (rows g and g + 8).
+template <WeightFmt W>
+struct WRun;
+template <>
+struct WRun<WeightFmt::FP8> {
+  static constexpr int kVec = 1;  // uint4 per row and block
+  uint4 v[2][1];
+  __device__ __forceinline__ void frag(int s, uint32_t (&a)[4]) const {
+    const uint32_t w0 = s == 0 ? v[0][0].x : s == 1 ? v[0][0].y : s == 2 ? v[0][0].z : v[0][0].w;
+    const uint32_t w8 = s == 0 ? v[1][0].x : s == 1 ? v[1][0].y : s == 2 ? v[1][0].z : v[1][0].w;
+    e4m3x4_to_bf16x2(w0, a[0], a[2]);
+    e4m3x4_to_bf16x2(w8, a[1], a[3]);
+  }
+};
+template <>
+struct WRun<WeightFmt::BF16> {
+  static constexpr int kVec = 2;
+  uint4 v[2][2];
+  __device__ __forceinline__ void frag(int s, uint32_t (&a)[4]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4& q = v[h][s >> 1];
+      a[h] = (s & 1) ? q.z : q.x;
+      a[h + 2] = (s & 1) ? q.w : q.y;
+    }
+  }
+};
+
+// Weight runs of rows n (h = 0) and n + 8 (h = 1) at element kc of a block; zero past K / N.
+template <WeightFmt W>
+__device__ __forceinline__ void load_wrun(WRun<W>& r, const uint8_t* const (&row)[2], const bool (&ok)[2], int kc,
+                                          int K) {
+  constexpr int es = W == WeightFmt::FP8 ? 1 : 2;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < WRun<W>::kVec; ++i) {
+      // the row is readable up to round_up(K, 16 / es) elements: run i of 16 / es elements is
+      // readable when it starts before K
+      const bool in = ok[h] && kc + i * (16 / es) < K;
+      r.v[h][i] = in ? wstream::ld_stream(row[h] + int64_t(kc + i * (16 / es)) * es) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// B fragments of one token for a whole block: elements kc + 4s .. + 3 of step s as hi[s][0..1]
+// (and lo[s][0..1] for fp32 x); zero for a padding token (ok false) and past K (FULL false).
+template <ActFmt X, bool FULL>
+__device__ __forceinline__ void act_run(const uint8_t* xrow, bool ok, int kc, int K, uint32_t (&hi)[4][2],
+                                        uint32_t (&lo)[4][2]) {
+  if constexpr (X == ActFmt::F32) {
+    float4 v[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int k = kc + 4 * s;
+      v[s] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (ok && (FULL || k < K)) v[s] = __ldg(reinterpret_cast<const float4*>(xrow) + (k >> 2));
+      if constexpr (!FULL) {
+        if (k + 1 >= K) v[s].y = 0.f;
+        if (k + 2 >= K) v[s].z = 0.f;
+        if (k + 3 >= K) v[s].w = 0.f;
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      split_hi_lo(v[s].x, v[s].y, hi[s][0], lo[s][0]);
+      split_hi_lo(v[s].z, v[s].w, hi[s][1], lo[s][1]);
+    }
+  } else {
+    uint4 v[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int k = kc + 8 * i;
+      v[i] = make_uint4(0, 0, 0, 0);
+      if (ok && (FULL || k < K)) v[i] = __ldg(reinterpret_cast<const uint4*>(xrow) + (k >> 3));
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      hi[s][0] = (s & 1) ? v[s >> 1].z : v[s >> 1].x;
+      hi[s][1] = (s & 1) ? v[s >> 1].w : v[s >> 1].y;
+      if constexpr (!FULL) {
+        const int k = kc + 4 * s;
+        if (k >= K) hi[s][0] = 0;
+        else if (k + 1 >= K) hi[s][0] &= 0xffffu;
+        if (k + 2 >= K) hi[s][1] = 0;
+        else if (k + 3 >= K) hi[s][1] &= 0xffffu;
+      }
+      lo[s][0] = lo[s][1] = 0;
+    }
+  }
+}
+
+// B fragments (hi, lo) of one step for one token: elements k .. k + 3, zero for a padding token and
+// past K (FULL false).
+template <ActFmt X, bool FULL>
+__device__ __forceinline__ void act_step(const uint8_t* xrow, bool ok, int k, int K, uint32_t (&hi)[2],
+                                         uint32_t (&lo)[2]) {
+  if constexpr (X == ActFmt::F32) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (ok && (FULL || k < K)) v = __ldg(reinterpret_cast<const float4*>(xrow) + (k >> 2));
+    if constexpr (!FULL) {
+      if (k + 1 >= K) v.y = 0.f;
+      if (k + 2 >= K) v.z = 0.f;
+      if (k + 3 >= K) v.w = 0.f;
+    }
+    split_hi_lo(v.x, v.y, hi[0], lo[0]);
+    split_hi_lo(v.z, v.w, hi[1], lo[1]);
+  } else {
+    uint2 v = make_uint2(0, 0);
+    if (ok && (FULL || k < K)) v = __ldg(reinterpret_cast<const uint2*>(xrow) + (k >> 2));
+    if constexpr (!FULL) {
+      if (k + 1 >= K) v.x &= 0xffffu;
+      if (k + 2 >= K) v.y = 0;
+      else if (k + 3 >= K) v.y &= 0xffffu;
+    }
+    hi[0] = v.x;
+    hi[1] = v.y;
+    lo[0] = lo[1] = 0;
+  }
+}
+
+template <WeightFmt W>
+constexpr int blocks_in_flight(int rt) {
+  return W == WeightFmt::FP8 ? (rt >= 4 ? 1 : rt == 2 ? 2 : 3) : (rt >= 2 ? 1 : 2);
+}
+
+// One block's 4 steps (hi MMA, then lo MMA for fp32 x) from +0 into blk, added to chain.
+template <WeightFmt W, ActFmt X, int RT, int NT, bool FULL>
+__device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t* const (&xrow)[NT],
+                                          const bool (&tok)[NT], int kc, int K, float (&chain)[RT][NT][4]) {
+  float blk[RT][NT][4];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) blk[rt][nt][i] = 0.f;
+  if constexpr (NT == 1) {  // decode: the token's whole run first (4 loads in flight), then the steps
+    uint32_t bh[4][2], bl[4][2];
+    act_run<X, FULL>(xrow[0], tok[0], kc, K, bh, bl);
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        uint32_t a[4];
+        wr[rt].frag(s, a);
+        mma_bf16(blk[rt][0], a, bh[s][0], bh[s][1]);
+        if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][0], a, bl[s][0], bl[s][1]);
+      }
+  } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t a[RT][4];
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) wr[rt].frag(s, a[rt]);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uint32_t bh[2], bl[2];
+        act_step<X, FULL>(xrow[nt], tok[nt], kc + 4 * s, K, bh, bl);
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          mma_bf16(blk[rt][nt], a[rt], bh[0], bh[1]);
+          if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][nt], a[rt], bl[0], bl[1]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = __fadd_rn(chain[rt][nt][i], blk[rt][nt][i]);
+}
+
+// One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 and tokens t0 .. t0 + 8*NT - 1;
+// chain[rt][nt][i] = +0 + block sum + block sum + ... (the order of the file header).
+template <WeightFmt W, ActFmt X, int RT, int NT>
+__device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int t0, int blo, int bhi, int lane,
+                                          float (&chain)[RT][NT][4]) {
+  constexpr int U = blocks_in_flight<W>(RT);
+  const int g = lane >> 2, t = lane & 3;
+  const uint8_t* row[RT][2];
+  bool rok[RT][2];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + rt * 16 + g + 8 * h;
+      rok[rt][h] = n < p.N;
+      row[rt][h] = p.w + int64_t(rok[rt][h] ? n : 0) * p.ld_w;
+    }
+  const uint8_t* xrow[NT];
+  bool tok[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int tk = t0 + nt * 8 + g;
+    tok[nt] = tk < p.M;
+    xrow[nt] = static_cast<const uint8_t*>(p.x) + int64_t(tok[nt] ? tk : 0) * p.ld_x * (X == ActFmt::F32 ? 4 : 2);
+  }
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = 0.f;
+
+  for (int b = blo; b < bhi; b += U) {
+    WRun<W> wr[U][RT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int kc = (b + u) * kMmaKBlock + 16 * t;
+      const bool live = b + u < bhi;
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        const bool ok[2] = {live && rok[rt][0], live && rok[rt][1]};
+        load_wrun<W>(wr[u][rt], row[rt], ok, kc, p.K);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (b + u >= bhi) break;  // warp-uniform
+      const int kc = (b + u) * kMmaKBlock + 16 * t;
+      if ((b + u + 1) * kMmaKBlock <= p.K) block_mma<W, X, RT, NT, true>(wr[u], xrow, tok, kc, p.K, chain);
+      else block_mma<W, X, RT, NT, false>(wr[u], xrow, tok, kc, p.K, chain);
+    }
+  }
+}
+
+__device__ __forceinline__ int chain_begin(int j, int blocks, int P) { return int(int64_t(j) * blocks / P); }
+
+// The epilogue of one output row value (total over chains): row scale.
+template <WeightFmt W>
+__device__ __forceinline__ float scaled(const MmaLinearParams& p, float tot, int n) {
+  if constexpr (W == WeightFmt::FP8) return __fmul_rn(tot, __ldg(p.w_scale + n));
+  return tot;
+}
+
+}  // namespace mma
+
+// ---- wide mode: one CTA = one tile, warp j = chain j (blockDim.x == 32 * p.chains) ----
+template <int RT, int NT>
+constexpr int mma_wide_smem_floats(int chains) {
+  return chains * RT * 8 * NT * 17;
+}
+
+// tile_n: row tile index (rows 16*RT*tile_n ..), tile_t: token tile (tokens 8*NT*tile_t ..).
+// smem: mma_wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block.
+template <WeightFmt W, ActFmt X, int RT, int NT>
+__device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, int tile_n, int tile_t, int tid,
+                                                     float* smem) {
+  const int lane = tid & 31, warp = tid >> 5, P = p.chains;
+  const int n0 = tile_n * 16 * RT, t0 = tile_t * 8 * NT;
+  const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
+  float chain[RT][NT][4];
+  mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P), mma::chain_begin(warp + 1, blocks, P),
+                               lane, chain);
+  // part[warp][rt][col][row 0..15], columns padded to 17
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = g + 8 * (i >> 1), c = nt * 8 + 2 * t + (i & 1);
+        smem[((warp * RT + rt) * 8 * NT + c) * 17 + r] = chain[rt][nt][i];
+      }
+  __syncthreads();
+  auto total = [&](int rt, int c, int r) {
+    float tot = smem[(rt * 8 * NT + c) * 17 + r];
+    for (int w = 1; w < P; ++w) tot = __fadd_rn(tot, smem[((w * RT + rt) * 8 * NT + c) * 17 + r]);
+    return tot;
+  };
+  if (!p.swiglu) {
+    for (int o = tid; o < RT * 16 * 8 * NT; o += blockDim.x) {
+      const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, tk = t0 + c;
+      if (n < p.N && tk < p.M) p.y[int64_t(tk) * p.ld_y + n] = mma::scaled<W>(p, total(r >> 4, c, r & 15), n);
+    }
+  } else {
+    for (int o = tid; o < RT * 8 * 8 * NT; o += blockDim.x) {
+      const int j = o % (8 * RT), c = o / (8 * RT), r = 2 * j, n = n0 + r, tk = t0 + c;
+      if (n + 1 < p.N && tk < p.M) {
+        const float gate = mma::scaled<W>(p, total(r >> 4, c, r & 15), n);
+        const float up = mma::scaled<W>(p, total(r >> 4, c, (r & 15) + 1), n + 1);
+        p.y[int64_t(tk) * p.ld_y + n / 2] = swiglu_oai_f32(gate, up, p.alpha, p.limit);
+      }
+    }
+  }
+}
+
+// ---- deep mode: one warp = one tile, chains one after another ----
+template <int RT, int NT>
+constexpr int mma_deep_smem_floats_per_warp() {
+  return RT * NT * 4 * 32;
+}
+
+// tile_n, tile_t as in the wide mode; lane 0..31 of the warp that owns the tile;
+// wsmem: mma_deep_smem_floats_per_warp<RT, NT>() floats private to the warp. No block barrier.
+template <WeightFmt W, ActFmt X, int RT, int NT>
+__device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, int tile_n, int tile_t, int lane,
+                                                     float* wsmem) {
+  const int P = p.chains;
+  const int n0 = tile_n * 16 * RT, t0 = tile_t * 8 * NT;
+  const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
+  float chain[RT][NT][4];
+  for (int j = 0; j < P; ++j) {
+    mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(j, blocks, P), mma::chain_begin(j + 1, blocks, P), lane,
+                                 chain);
+    if (j + 1 == P) break;  // the last chain's sum is added straight from registers below
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float& r = wsmem[((rt * NT + nt) * 4 + i) * 32 + lane];
+          r = j == 0 ? chain[rt][nt][i] : __fadd_rn(r, chain[rt][nt][i]);
+        }
+  }
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float last = chain[rt][nt][i];
+        const float tot = P == 1 ? last : __fadd_rn(wsmem[((rt * NT + nt) * 4 + i) * 32 + lane], last);
+        const int n = n0 + rt * 16 + g + 8 * (i >> 1);
+        v[i] = n < p.N ? mma::scaled<W>(p, tot, n) : 0.f;
+      }
+      if (!p.swiglu) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = n0 + rt * 16 + g + 8 * (i >> 1), tk = t0 + nt * 8 + 2 * t + (i & 1);
+          if (n < p.N && tk < p.M) p.y[int64_t(tk) * p.ld_y + n] = v[i];
+        }
+      } else {
+        float up[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) up[i] = __shfl_down_sync(0xffffffffu, v[i], 4);  // row + 1 = lane + 4
+        if ((g & 1) == 0) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int n = n0 + rt * 16 + g + 8 * (i >> 1), tk = t0 + nt * 8 + 2 * t + (i & 1);
+            if (n + 1 < p.N && tk < p.M)
+              p.y[int64_t(tk) * p.ld_y + n / 2] = swiglu_oai_f32(v[i], up[i], p.alpha, p.limit);
+          }
+        }
+      }
+    }
+}
+
+}  // namespace m3::kernels
