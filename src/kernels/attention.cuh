@@ -56,7 +56,7 @@ struct AttentionParams {
   int num_tokens = 0, num_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
   float softmax_scale = 1;
   int num_splits = 1;          // S: thread blocks per (t, g)
-  int tiles_per_chunk = 4;     // P: 32-key tiles per chunk (fixed per backend: the numerics depend on it)
+  int tiles_per_chunk = 2;     // P: 32-key tiles per chunk (fixed per backend: the numerics depend on it)
   int max_chunks = 1;          // C: chunks of the longest key list of the launch (workspace stride)
   float* out = nullptr;        // [T, H*D]
   float* part_o = nullptr;     // [T, KV, C, G, D]   (S > 1)

@@ -179,16 +179,18 @@ struct MoeCombineParams {
   int64_t ld_out = 0;
 };
 
-// Work item = token; nthreads threads stride over the hidden dimension.
-__device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int t, int tid, int nthreads) {
-  for (int h = tid; h < p.H; h += nthreads) {
-    float acc = p.shared_base >= 0 ? p.y[int64_t(p.shared_base + t) * p.ld_y + h] : 0.f;
-    for (int k = 0; k < p.K; ++k) {
-      const int i = t * p.K + k;
-      acc = fmaf(p.topk_w[i], p.y[int64_t(p.pos_of[i]) * p.ld_y + h], acc);
-    }
-    p.out[int64_t(t) * p.ld_out + h] = acc;
+// Work item = (token t, slice c of nthreads hidden channels): thread i sums channel
+// c * nthreads + i over the shared expert and the K choices in k order. One channel per thread, so
+// no thread walks the row (a loop over the row would serialize its loads behind the stores).
+__device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int t, int c, int tid, int nthreads) {
+  const int h = c * nthreads + tid;
+  if (h >= p.H) return;
+  float acc = p.shared_base >= 0 ? p.y[int64_t(p.shared_base + t) * p.ld_y + h] : 0.f;
+  for (int k = 0; k < p.K; ++k) {
+    const int i = t * p.K + k;
+    acc = fmaf(p.topk_w[i], p.y[int64_t(p.pos_of[i]) * p.ld_y + h], acc);
   }
+  p.out[int64_t(t) * p.ld_out + h] = acc;
 }
 
 }  // namespace m3::kernels

@@ -1,7 +1,10 @@
 // Gemma RMS norm with the residual add fused in front (m3-model.md, "Norm"), one token row:
 //   r = x + residual (or x alone),  y = r / sqrt(mean(r^2) + eps) * (1 + w)
 // fp32 math; the sum of squares is per-thread sequential, then a fixed-order block reduction, so
-// the result does not depend on timing. Layouts: x, residual, residual_out [M][ld] fp32,
+// the result does not depend on timing (nor on M: one block per row, the order is set by n and NT).
+// Two bodies, picked by the launcher from the shapes and alignment only: rmsnorm_row_regs (rows of
+// at most NT * 4 * V floats, 16-byte aligned: every load of the row issued before any store, the
+// row kept in registers) and rmsnorm_work (any row; a strided loop). Layouts: x, residual, residual_out [M][ld] fp32,
 // w [n] bf16, y [M][ld_y] fp32 and/or y_bf16 [M][ld_yb] bf16 (round to nearest even).
 // residual_out (r) may alias x or residual; y may alias x when there is no residual_out.
 #pragma once
@@ -49,6 +52,70 @@ __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, in
     const float v = r * inv * (1.0f + bf16_to_f32(p.w[i]));
     if (p.y) p.y[int64_t(row) * p.ld_y + i] = v;
     if (p.y_bf16) p.y_bf16[int64_t(row) * p.ld_yb + i] = f32_to_bf16(v);
+  }
+  __syncthreads();  // smem reuse
+}
+
+// Row in registers: thread tid holds float4 i = tid + v * NT (v < V) of the row; sum of squares per
+// thread over its float4s in v order (x, y, z, w), then the fixed block reduction.
+// Needs n % 4 == 0, n / 4 <= NT * V, x / residual / residual_out / y 16-byte aligned rows,
+// w and y_bf16 8-byte aligned rows. smem: NT / 32 floats.
+template <int NT, int V>
+__device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row, int tid, float* smem) {
+  const int n4 = p.n / 4;
+  const float4* x = reinterpret_cast<const float4*>(p.x + int64_t(row) * p.ld_x);
+  const float4* res = p.residual ? reinterpret_cast<const float4*>(p.residual + int64_t(row) * p.ld_res) : nullptr;
+  float4 r[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int i = tid + v * NT;
+    r[v] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  if (res) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int i = tid + v * NT;
+      if (i < n4) {
+        const float4 b = res[i];
+        r[v].x += b.x;
+        r[v].y += b.y;
+        r[v].z += b.z;
+        r[v].w += b.w;
+      }
+    }
+  }
+  float ss = 0.f;
+  float4* ro = p.residual_out ? reinterpret_cast<float4*>(p.residual_out + int64_t(row) * p.ld_res_out) : nullptr;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int i = tid + v * NT;
+    if (i < n4) {
+      if (ro) ro[i] = r[v];
+      ss = fmaf(r[v].x, r[v].x, ss);
+      ss = fmaf(r[v].y, r[v].y, ss);
+      ss = fmaf(r[v].z, r[v].z, ss);
+      ss = fmaf(r[v].w, r[v].w, ss);
+    }
+  }
+  float part[1] = {ss};
+  wstream::block_sum<1, NT>(part, tid, smem);
+  const float inv = 1.0f / sqrtf(smem[0] / float(p.n) + p.eps);
+  const uint2* w = reinterpret_cast<const uint2*>(p.w);
+  float4* y = p.y ? reinterpret_cast<float4*>(p.y + int64_t(row) * p.ld_y) : nullptr;
+  uint2* yb = p.y_bf16 ? reinterpret_cast<uint2*>(p.y_bf16 + int64_t(row) * p.ld_yb) : nullptr;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int i = tid + v * NT;
+    if (i >= n4) continue;
+    const uint2 wv = w[i];
+    float4 o;
+    o.x = r[v].x * inv * (1.0f + __uint_as_float(wv.x << 16));
+    o.y = r[v].y * inv * (1.0f + __uint_as_float(wv.x & 0xffff0000u));
+    o.z = r[v].z * inv * (1.0f + __uint_as_float(wv.y << 16));
+    o.w = r[v].w * inv * (1.0f + __uint_as_float(wv.y & 0xffff0000u));
+    if (y) y[i] = o;
+    if (yb) yb[i] = make_uint2(uint32_t(f32_to_bf16(o.x)) | (uint32_t(f32_to_bf16(o.y)) << 16),
+                               uint32_t(f32_to_bf16(o.z)) | (uint32_t(f32_to_bf16(o.w)) << 16));
   }
   __syncthreads();  // smem reuse
 }

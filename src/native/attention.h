@@ -24,7 +24,7 @@ struct AttentionArgs {
   float* out = nullptr;      // [T, H*D] fp32
 };
 
-inline constexpr int kDefaultTilesPerChunk = 4;  // 128 keys: one index block of the real model
+inline constexpr int kDefaultTilesPerChunk = 2;  // 64 keys: small enough to spread one decode row over many blocks
 
 // Thread blocks per (token, KV group) used when AttentionArgs::num_splits is 0: enough work items
 // to fill the device about four times over, at most one per chunk. Any value gives the same

@@ -20,8 +20,10 @@ __global__ void __launch_bounds__(32 * kMoeWarpsPerBlock) moe_gemv_kernel(kernel
   if (work < items) kernels::moe_gemv_work<kernels::ActFmt::F32, MT>(p, work, threadIdx.x & 31);
 }
 
-__global__ void __launch_bounds__(256) moe_combine_kernel(kernels::MoeCombineParams p) {
-  kernels::moe_combine_work(p, blockIdx.x, threadIdx.x, 256);
+constexpr int kCombineThreads = 256;
+// block (c, t): channels [c * 256, c * 256 + 256) of token t
+__global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(kernels::MoeCombineParams p) {
+  kernels::moe_combine_work(p, int(blockIdx.y), int(blockIdx.x), int(threadIdx.x), kCombineThreads);
 }
 
 uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
@@ -187,7 +189,9 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
   cp.H = H;
   cp.out = out;
   cp.ld_out = ld_out;
-  moe_combine_kernel<<<unsigned(M), 256, 0, stream>>>(cp);
+  M3_CHECK(M < 65536, "moe_forward: {} tokens in one pass (at most 65535)", M);
+  moe_combine_kernel<<<dim3(unsigned((H + kCombineThreads - 1) / kCombineThreads), unsigned(M)), kCombineThreads, 0,
+                       stream>>>(cp);
   M3_LAUNCH_CHECK(stream);
 }
 

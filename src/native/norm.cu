@@ -1,4 +1,5 @@
-// rms_norm launcher: one 256-thread block per row.
+// rms_norm launcher: one 256-thread block per row; rows of up to 8192 aligned floats are held in
+// registers (kernels/rmsnorm.cuh rmsnorm_row_regs), others take the strided loop.
 #include "kernels/rmsnorm.cuh"
 #include "native/cuda_check.h"
 #include "native/norm.h"
@@ -7,9 +8,17 @@ namespace m3::native {
 
 namespace {
 constexpr int kNormThreads = 256;
+constexpr int kNormVec = 8;  // float4s per thread in the register body: rows up to 8192 floats
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(kernels::RmsNormParams p) {
   __shared__ float smem[kNormThreads / 32];
   kernels::rmsnorm_work<kNormThreads>(p, blockIdx.x, threadIdx.x, smem);
+}
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_regs_kernel(kernels::RmsNormParams p) {
+  __shared__ float smem[kNormThreads / 32];
+  kernels::rmsnorm_row_regs<kNormThreads, kNormVec>(p, blockIdx.x, threadIdx.x, smem);
+}
+bool aligned(const void* ptr, int64_t ld, int64_t elem_bytes, int64_t bytes) {
+  return !ptr || (reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) == 0 && (ld * elem_bytes) % bytes == 0);
 }
 }  // namespace
 
@@ -37,7 +46,11 @@ void rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
   p.n = a.n;
   p.M = a.M;
   p.eps = a.eps;
-  rmsnorm_kernel<<<unsigned(a.M), kNormThreads, 0, stream>>>(p);
+  const bool regs = a.n % 4 == 0 && a.n / 4 <= kNormThreads * kNormVec && aligned(a.x, a.ld_x, 4, 16) &&
+                    aligned(a.residual, a.ld_res, 4, 16) && aligned(a.residual_out, a.ld_res_out, 4, 16) &&
+                    aligned(a.y, a.ld_y, 4, 16) && aligned(a.y_bf16, a.ld_yb, 2, 8) && aligned(a.w, 0, 2, 8);
+  if (regs) rmsnorm_regs_kernel<<<unsigned(a.M), kNormThreads, 0, stream>>>(p);
+  else rmsnorm_kernel<<<unsigned(a.M), kNormThreads, 0, stream>>>(p);
   M3_LAUNCH_CHECK(stream);
 }
 
