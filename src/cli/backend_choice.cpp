@@ -24,7 +24,15 @@ void validate_backend_choice(const BackendChoice& c, const char* command) {
   M3_CHECK(c.weights == "checkpoint" || c.weights == "prepared",
            "{}: --weights must be checkpoint or prepared, got '{}'", command, c.weights);
   M3_CHECK(c.threads >= 0, "{}: --threads must be >= 0, got {}", command, c.threads);
+  M3_CHECK(c.cache_dtype.empty() || c.cache_dtype == "fp32" || c.cache_dtype == "bf16" || c.cache_dtype == "fp8",
+           "{}: --cache-dtype must be fp32, bf16 or fp8, got '{}'", command, c.cache_dtype);
 }
+
+namespace {
+DType cache_dtype_of(const std::string& s, DType dflt) {
+  return s.empty() ? dflt : s == "fp8" ? DType::F8_E4M3 : s == "bf16" ? DType::BF16 : DType::F32;
+}
+}  // namespace
 
 bool cuda_usable() {
 #if M3_WITH_CUDA
@@ -60,6 +68,9 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
     lo.progress = false;
     std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, {}, lo);
     native::CudaBackendOptions o;
+    M3_CHECK(c.cache_dtype != "fp32", "{}: --cache-dtype fp32 is for the CPU reference; CUDA caches are fp8 or bf16",
+             command);
+    o.kv_dtype = o.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F8_E4M3);
     o.num_cache_blocks = std::max(c.cache_blocks, 1);
     if (c.max_seq_len > 0) o.max_model_len = std::min(c.max_seq_len, o.num_cache_blocks * spec.index_block);
     return native::make_cuda_backend(std::move(pw), o);
@@ -69,7 +80,9 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
 #endif
   if (c.device == "auto") std::fprintf(stderr, "note: no CUDA device available; using the CPU reference\n");
   ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec) : load_model_weights(model_dir, spec);
-  return ref::make_ref_backend(spec, std::move(w), ref::RefOptions{std::max(c.cache_blocks, 1), c.threads});
+  ref::RefOptions ro(std::max(c.cache_blocks, 1), c.threads);
+  ro.cache.kv_dtype = ro.cache.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F32);
+  return ref::make_ref_backend(spec, std::move(w), ro);
 }
 
 }  // namespace m3::cli

@@ -4,6 +4,8 @@
 //   --weights checkpoint|prepared   (CPU reference only: the checkpoint's weights in fp32, or the
 //                             prepared GPU store — FP8 attention, MXFP4 experts, BF16 rest —
 //                             dequantized back to fp32, i.e. exactly the numbers the GPU uses)
+//   --cache-dtype fp32|bf16|fp8  (the caches: CUDA stores bf16 or fp8 (default); the CPU
+//                             reference stores fp32 and can round it through the same codec)
 #pragma once
 #include <memory>
 #include <string>
@@ -20,6 +22,10 @@ struct BackendChoice {
   int threads = 0;        // CPU reference threads (0 = all cores)
   int cache_blocks = 0;   // paged cache blocks
   int max_seq_len = 0;    // longest sequence the backend must hold (CUDA launch sizing; 0 = cache size)
+  // K/V and index-K cache element type: "" = the backend's default (CPU reference: exact fp32;
+  // CUDA: fp8), "fp8" or "bf16" (CUDA: the caches' type; CPU reference: what it writes is rounded
+  // through the GPU's codec, ref/cache_codec.h), "fp32" (CPU reference only).
+  std::string cache_dtype = "";
 };
 
 // Throws naming the flag when a value is not one of the choices.

@@ -1,5 +1,5 @@
 // `m3mono conformance --model DIR [--golden FILE] [--threads N] [--tol X] [--device cpu|cuda|auto]
-// [--weights checkpoint|prepared]`: runs the CPU reference (or the CUDA backend) against a golden
+// [--weights checkpoint|prepared] [--cache-dtype fp32|bf16|fp8]`: runs the CPU reference (or the CUDA backend) against a golden
 // file written by transformers (ref/conformance.h) and prints each check with its worst error;
 // exits 1 when any check fails.
 #include <cstdio>
@@ -17,7 +17,7 @@ namespace m3::cli {
 namespace {
 
 struct ConformanceArgs {
-  std::string model, golden, device = "cpu", weights = "checkpoint";
+  std::string model, golden, device = "cpu", weights = "checkpoint", cache_dtype;
   int threads = 0;
   double tol = 1e-3;
 };
@@ -30,7 +30,7 @@ int run_conformance_cmd(const ConformanceArgs& a) {
   ModelSpec spec = load_model_spec(a.model);
   int most = 0;
   for (const auto& g : prompts) most = std::max(most, g.tokens() + g.steps());
-  auto b = make_chosen_backend(BackendChoice{a.device, a.weights, a.threads, most / spec.index_block + 2},
+  auto b = make_chosen_backend(BackendChoice{a.device, a.weights, a.threads, most / spec.index_block + 2, 0, a.cache_dtype},
                                a.model, spec, "conformance");
   std::printf("conformance of %s (%s) against %s: %zu prompts\n", a.model.c_str(), b->name().c_str(),
               golden.string().c_str(), prompts.size());
@@ -55,6 +55,9 @@ RunFn setup_conformance(CLI::App& app) {
   app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
   app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's store, dequantized)")
       ->capture_default_str();
+  app.add_option("--cache-dtype", a->cache_dtype,
+                 "K/V and index-K caches: fp8 or bf16 (CUDA: their type, default fp8; CPU reference: round what it "
+                 "stores through the GPU's codec), fp32 (CPU reference only, its default: exact)");
   return [a] { return run_conformance_cmd(*a); };
 }
 

@@ -190,11 +190,18 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       PassTrace pt{trace, trace ? score_trace_ : nullptr};
       if (trace) {
-        trace->layers.clear();
-        trace->blocks.clear();
-        for (int l = 0; l < spec_.num_layers; ++l)
+        trace->clear();
+        for (int l = 0; l < spec_.num_layers; ++l) {
           if (spec_.sparse(l)) trace->layers.push_back(l);
+          if (spec_.moe(l)) trace->moe_layers.push_back(l);
+        }
         trace->blocks.resize(trace->layers.size());
+        trace->experts.resize(trace->moe_layers.size());
+        if (trace->record_cache) {
+          trace->cache_k.resize(size_t(spec_.num_layers));
+          trace->cache_v.resize(size_t(spec_.num_layers));
+          trace->cache_ik.resize(size_t(spec_.num_layers));
+        }
         if (pt.scores) {
           pt.scores->layers = trace->layers;
           pt.scores->scores.assign(trace->layers.size(), {});
@@ -521,6 +528,7 @@ class CudaBackendImpl final : public CudaBackend {
       const KvLayerView cv = cache_->layer(l);
       mark("rope_cache", l);
       qk_norm_rope_cache(qa, mv, cv, st);
+      if (tr && tr->sel && tr->sel->record_cache) record_cache_rows(*tr, l, live_rows, cv);
 
       const int32_t* sel = nullptr;
       if (s.sparse(l)) {
@@ -572,6 +580,7 @@ class CudaBackendImpl final : public CudaBackend {
       if (s.moe(l)) {
         mark("moe", l);
         moe_forward(moe_w_[size_t(l)], a_.get<float>(), H, T, f_.get<float>(), H, moe_ws_.get(), moe_ws_.bytes(), st);
+        if (tr && tr->sel) record_experts(*tr, l, T, live_rows, moe_w_[size_t(l)]);
         if (obs_) obs_->after_moe(st, l, moe_workspace(moe_w_[size_t(l)], T, moe_ws_.get()).ids, T, s.top_k);
       } else {
         mark("dense_mlp", l);
@@ -594,6 +603,44 @@ class CudaBackendImpl final : public CudaBackend {
     fin.ld_y = H;
     mark("lm_head", -1);
     rms_norm(fin, st);
+  }
+
+  // Appends what the live rows' K, V (and index-K) entries of layer l read back as (decoded, times
+  // the scale) to the trace: one copy per run of consecutive slots (synchronizes: eager passes only).
+  void record_cache_rows(const PassTrace& tr, int l, int live, const KvLayerView& cv) {
+    const std::vector<int32_t>& slots = *pass_slots_;
+    auto copy = [&](const void* cache, DType dt, int width, float scale, std::vector<float>& dst) {
+      const size_t eb = dtype_size(dt), row = size_t(width) * eb;
+      std::vector<uint8_t> raw(size_t(live) * row);
+      for (int t = 0; t < live;) {
+        int e = t + 1;
+        while (e < live && slots[size_t(e)] == slots[size_t(e - 1)] + 1) ++e;
+        M3_CUDA_CHECK(cudaMemcpyAsync(raw.data() + size_t(t) * row, static_cast<const uint8_t*>(cache) + size_t(slots[size_t(t)]) * row,
+                                      size_t(e - t) * row, cudaMemcpyDeviceToHost, stream_));
+        t = e;
+      }
+      M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (size_t i = 0; i < size_t(live) * size_t(width); ++i)
+        dst.push_back(dt == DType::F8_E4M3 ? e4m3_to_f32(raw[i]) * scale
+                                            : bf16_to_f32(reinterpret_cast<const uint16_t*>(raw.data())[i]));
+    };
+    copy(cv.k, cv.kv_dtype, spec_.kv_dim(), cv.k_scale, tr.sel->cache_k[size_t(l)]);
+    copy(cv.v, cv.kv_dtype, spec_.kv_dim(), cv.v_scale, tr.sel->cache_v[size_t(l)]);
+    if (cv.ik) copy(cv.ik, cv.ik_dtype, spec_.index_dim, cv.ik_scale, tr.sel->cache_ik[size_t(l)]);
+  }
+
+  // Copies the router's top-k (best first) of MoE layer l for the live rows of this pass into the
+  // trace (synchronizes the stream: eager passes only).
+  void record_experts(const PassTrace& tr, int l, int T, int live, const MoeWeights& w) {
+    const int K = spec_.top_k;
+    const auto& ml = tr.sel->moe_layers;
+    const size_t k = size_t(std::find(ml.begin(), ml.end(), l) - ml.begin());
+    std::vector<int32_t> ids(size_t(T) * K);
+    M3_CUDA_CHECK(cudaMemcpyAsync(ids.data(), moe_workspace(w, T, moe_ws_.get()).ids, ids.size() * 4,
+                                  cudaMemcpyDeviceToHost, stream_));
+    M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    auto& dst = tr.sel->experts[k];
+    for (int t = 0; t < live; ++t) dst.emplace_back(ids.begin() + ptrdiff_t(t) * K, ids.begin() + ptrdiff_t(t + 1) * K);
   }
 
   // Copies the selected blocks (and, when asked, the block scores) of sparse layer k for the live
@@ -684,6 +731,7 @@ class CudaBackendImpl final : public CudaBackend {
     const int T = m.num_tokens;
     meta_->upload(m, stream_);
     M3_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), pass.ids.data(), size_t(T) * 4, cudaMemcpyHostToDevice, stream_));
+    pass_slots_ = &m.slots;
     forward_layers(T, meta_->view(), m.max_context, *lin_eager_, (tr.sel ? &tr : nullptr), T, &m.positions);
     const int R = int(pass.out_rows.size());
     M3_CUDA_CHECK(cudaMemcpyAsync(rows_.get(), pass.out_rows.data(), size_t(R) * 4, cudaMemcpyHostToDevice, stream_));
@@ -835,6 +883,7 @@ class CudaBackendImpl final : public CudaBackend {
   std::array<Graph, kMaxBuckets> graphs_{};
   CudaBackendStats stats_;
   BlockScoreTrace* score_trace_ = nullptr;
+  const std::vector<int32_t>* pass_slots_ = nullptr;  // the eager pass's slots (cache trace)
   StepObserver* obs_ = nullptr;          // benchmark observer of the launches being enqueued
   int prepared_bucket_ = 0;              // bucket of the last prepare_decode (0: none valid)
   cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;

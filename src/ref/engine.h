@@ -1,18 +1,36 @@
 // The CPU reference backend: the whole MiniMax-M3 text model in fp32, exactly as
 // shared/docs/m3-model.md says, over a paged KV / index-K cache. The oracle of every test.
+// Two options make it the oracle of the GPU path on the same weights without changing its math:
+//   - cache: round what it writes into its K/V and index-K caches through the GPU's codec
+//     (ref/cache_codec.h; default exact fp32, which conformance against transformers uses);
+//   - step_following: take another backend's discrete choices of the same step where they are
+//     near-ties in its own scores (ref/follow.h).
 #pragma once
 #include <memory>
 
 #include "model/weights.h"
+#include "ref/cache_codec.h"
+#include "ref/follow.h"
 #include "runtime/backend.h"
 
 namespace m3::ref {
 
 struct RefOptions {
-  int num_cache_blocks = 256;  // blocks of spec.index_block tokens
-  int threads = 0;             // 0 = hardware concurrency
+  RefOptions(int blocks = 256, int threads_ = 0) : num_cache_blocks(blocks), threads(threads_) {}
+  int num_cache_blocks;  // blocks of spec.index_block tokens
+  int threads;           // 0 = hardware concurrency
+  CacheEmulation cache;  // default: exact fp32 caches
 };
 
-std::unique_ptr<Backend> make_ref_backend(ModelSpec spec, ModelWeights weights, RefOptions opt = {});
+class RefBackend : public Backend {
+ public:
+  // step() that offers `decisions` (another backend's trace of this very step: same batch) to
+  // follow under `opt`; stats accumulates what was followed and refused. The trace, when given,
+  // receives the choices actually used.
+  virtual StepOutput step_following(const StepBatch& batch, const SelectionTrace& decisions, const FollowOptions& opt,
+                                    FollowStats* stats, SelectionTrace* trace = nullptr) = 0;
+};
+
+std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, ModelWeights weights, RefOptions opt = {});
 
 }  // namespace m3::ref

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "ref/attention.h"
 #include "ref/indexer.h"
@@ -24,8 +26,9 @@ void norm_rows(ThreadPool& pool, const float* x, const Vec& w, int n_rows, int w
 }
 }  // namespace
 
-void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x,
-                     std::vector<std::vector<std::vector<int32_t>>>* sel) {
+void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x, const AttentionChoices& ch) {
+  BlockChoices* sel = ch.sel;
+  const BlockChoices* offered = ch.offered;
   const ModelSpec& s = c.spec;
   const LayerWeights& L = c.w.layers[size_t(l)];
   const int T = p.num_tokens, H = s.hidden, hd = s.head_dim, nh = s.num_heads, kvh = s.num_kv_heads;
@@ -33,6 +36,49 @@ void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x
   const int64_t cs = c.cache.kv_stride();
   float* kc = c.cache.k(l);
   float* vc = c.cache.v(l);
+  const CacheCodec kcod = c.codecs ? c.codecs->k[size_t(l)] : CacheCodec{};
+  const CacheCodec vcod = c.codecs ? c.codecs->v[size_t(l)] : CacheCodec{};
+  // offered cache entries: checked, then followed per element (per-token counts, merged in order)
+  const double ctol = c.follow ? c.follow->opt.cache_tie_rel : 0;
+  auto check_rows = [&](const std::vector<float>* rows, int width, const char* what) {
+    M3_CHECK(!rows || (c.follow && c.follow->stats && rows->size() == size_t(T) * size_t(width)),
+             "layer {}: offered {} cache entries: {} values for {} tokens of {}", l, what, rows ? rows->size() : 0, T,
+             width);
+  };
+  check_rows(ch.k_in, kvd, "K");
+  check_rows(ch.v_in, kvd, "V");
+  struct TokenCache {
+    FollowCount n;
+    int first = -1;  // first refused element: kind * 2^20 + index (kind 0 K, 1 V, 2 index-K)
+    double gap = 0;
+  };
+  std::vector<TokenCache> tc(static_cast<size_t>(T));
+  auto store = [&](const CacheCodec& cod, const float* src, int n, const std::vector<float>* in, int64_t t, int64_t off,
+                   float* dst, int kind) {
+    TokenCache& r = tc[size_t(t)];
+    int first = -1;
+    double gap = 0;
+    store_following(cod, src, n, in ? in->data() + t * int64_t(in->size() / size_t(T)) + off : nullptr, ctol, dst, r.n,
+                    &first, &gap);
+    if (first >= 0 && r.first < 0) {
+      r.first = kind * (1 << 20) + int(off) + first;
+      r.gap = gap;
+    }
+  };
+  auto merge_cache = [&] {
+    if (!c.follow || !c.follow->stats) return;
+    FollowStats& st = *c.follow->stats;
+    for (int64_t t = 0; t < T; ++t) {
+      st.cache.merge(tc[size_t(t)].n);
+      if (tc[size_t(t)].first >= 0 && st.first_refused.empty()) {
+        const int kind = tc[size_t(t)].first >> 20, i = tc[size_t(t)].first & ((1 << 20) - 1);
+        st.first_refused = fmt::format("layer {} token {}: {} cache element {} offered a rounding that is not a "
+                                       "near-tie, relative gap {:.3g}",
+                                       l, t, kind == 0 ? "K" : kind == 1 ? "V" : "index-K", i, tc[size_t(t)].gap);
+      }
+      tc[size_t(t)] = TokenCache{};
+    }
+  };
 
   std::vector<float> a(size_t(T) * H);
   norm_rows(c.pool, x, L.input_norm, T, H, s.rms_eps, a.data());
@@ -55,10 +101,19 @@ void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x
         c.rope.apply(kh, pos);
       }
       const int64_t slot = p.slot[size_t(t)];
-      std::copy_n(k.data() + t * kvd, kvd, kc + slot * cs);
-      std::copy_n(v.data() + t * kvd, kvd, vc + slot * cs);
+      for (int g = 0; g < kvh; ++g) {  // per head: the cache rule's vector
+        store(kcod, k.data() + t * kvd + g * hd, hd, ch.k_in, t, g * hd, kc + slot * cs + g * hd, 0);
+        store(vcod, v.data() + t * kvd + g * hd, hd, ch.v_in, t, g * hd, vc + slot * cs + g * hd, 1);
+      }
     }
   });
+
+  merge_cache();
+  for (auto [out, cache] : {std::pair{ch.k_out, kc}, std::pair{ch.v_out, vc}})
+    if (out) {
+      out->resize(size_t(T) * kvd);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(cache + p.slot[size_t(t)] * cs, kvd, out->data() + t * kvd);
+    }
 
   // MSA: per (token, group) the key slots to attend over
   std::vector<std::vector<int64_t>> keys;
@@ -66,6 +121,8 @@ void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x
     const int id = s.index_dim, ih = s.index_heads, bs = c.cache.block_size();
     const int64_t is = c.cache.ik_stride();
     float* ikc = c.cache.ik(l);
+    const CacheCodec ikcod = c.codecs ? c.codecs->ik[size_t(l)] : CacheCodec{};
+    check_rows(ch.ik_in, id, "index-K");
     std::vector<float> iq(size_t(T) * ih * id), ik(size_t(T) * id);
     linear(L.wiq, a.data(), H, T, iq.data(), int64_t(ih) * id, c.pool);
     linear(L.wik, a.data(), H, T, ik.data(), id, c.pool);
@@ -80,11 +137,25 @@ void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x
         float* kt = ik.data() + t * id;
         gemma_rms_norm(kt, L.ik_norm.data(), id, s.rms_eps, kt);
         c.rope.apply(kt, pos);
-        std::copy_n(kt, id, ikc + p.slot[size_t(t)] * is);
+        store(ikcod, kt, id, ch.ik_in, t, 0, ikc + p.slot[size_t(t)] * is, 2);
       }
     });
+    merge_cache();
+    if (ch.ik_out) {
+      ch.ik_out->resize(size_t(T) * id);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(ikc + p.slot[size_t(t)] * is, id, ch.ik_out->data() + t * id);
+    }
     keys.resize(size_t(T) * kvh);
     if (sel) sel->assign(size_t(T), std::vector<std::vector<int32_t>>(size_t(kvh)));
+    if (offered) {
+      M3_CHECK(c.follow && c.follow->stats && offered->size() == size_t(T),
+               "layer {}: {} offered block choices for {} tokens", l, offered->size(), T);
+      for (const auto& row : *offered)
+        M3_CHECK(row.size() == size_t(kvh), "layer {}: offered block choices of {} groups, the model has {}", l,
+                 row.size(), kvh);
+    }
+    // per (token, group): -1 = nothing offered or the offered set is the own one, else its gap
+    std::vector<double> gaps(offered ? size_t(T) * kvh : 0, -1.0);
     c.pool.parallel_for(int64_t(T) * kvh, [&](int64_t b, int64_t e) {
       std::vector<float> scores;
       for (int64_t i = b; i < e; ++i) {
@@ -97,12 +168,51 @@ void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x
         index_scores(iq.data() + (t * ih + g) * id, ikc, is, ss.data(), n, id, scores.data());
         std::vector<float> bsc = block_max_pool(scores.data(), n, bs);
         std::vector<int32_t> blocks = select_blocks(bsc.data(), int(bsc.size()), pos / bs, s.index_topk, s.index_local);
+        if (offered) {
+          std::vector<int32_t> off = (*offered)[size_t(t)][size_t(g)];
+          std::sort(off.begin(), off.end());
+          if (off != blocks) {
+            const float* iqg = iq.data() + (t * ih + g) * id;
+            auto magnitude = [&](int b) {  // sum |iq_d ik_d| of the key attaining block b's maximum
+              int jm = b * bs;
+              for (int j = b * bs; j < std::min(n, (b + 1) * bs); ++j)
+                if (scores[size_t(j)] > scores[size_t(jm)]) jm = j;
+              const float* kr = ikc + ss[size_t(jm)] * is;
+              double m = 0;
+              for (int d = 0; d < id; ++d) m += std::fabs(double(iqg[d]) * double(kr[d]));
+              return m;
+            };
+            const double gap = block_choice_gap(bsc.data(), int(bsc.size()), pos / bs, s.index_topk, s.index_local,
+                                                off, magnitude);
+            gaps[size_t(i)] = gap;
+            if (gap <= c.follow->opt.block_tie_rel) blocks = std::move(off);
+          }
+        }
         auto& kl = keys[size_t(i)];
         for (int32_t blk : blocks)
           for (int j = blk * bs; j < std::min(n, (blk + 1) * bs); ++j) kl.push_back(ss[size_t(j)]);
         if (sel) (*sel)[size_t(t)][size_t(g)] = std::move(blocks);
       }
     });
+    if (offered) {
+      FollowStats& st = *c.follow->stats;
+      for (size_t i = 0; i < gaps.size(); ++i) {
+        ++st.block_sets;
+        const double gap = gaps[i];
+        if (gap < 0) continue;
+        ++st.block_differ;
+        if (gap <= c.follow->opt.block_tie_rel) {
+          ++st.block_followed;
+          st.block_max_taken = std::max(st.block_max_taken, gap);
+        } else {
+          ++st.block_refused;
+          st.block_min_refused = std::min(st.block_min_refused, gap);
+          if (st.first_refused.empty())
+            st.first_refused = fmt::format("layer {} token {} group {}: offered blocks not a near-tie, relative gap {:.3g}",
+                                           l, i / size_t(kvh), i % size_t(kvh), gap);
+        }
+      }
+    }
   }
 
   std::vector<float> o(size_t(T) * qd);
@@ -131,14 +241,24 @@ void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x
   for (size_t i = 0; i < y.size(); ++i) x[i] += y[i];
 }
 
-void ffn_block(const ForwardContext& c, int l, int T, float* x) {
+void ffn_block(const ForwardContext& c, int l, int T, float* x, ExpertChoices* experts, const ExpertChoices* offered) {
   const ModelSpec& s = c.spec;
   const LayerWeights& L = c.w.layers[size_t(l)];
   const int H = s.hidden;
   std::vector<float> y(size_t(T) * H), out(size_t(T) * H);
   norm_rows(c.pool, x, L.post_norm, T, H, s.rms_eps, y.data());
-  if (s.moe(l)) moe_forward(s, L, y.data(), T, out.data(), c.pool);
-  else mlp_forward(L.dense, y.data(), T, s.swiglu_alpha, s.swiglu_limit, out.data(), c.pool);
+  if (s.moe(l)) {
+    MoeChoices mc;
+    mc.offered = offered;
+    if (offered) {
+      M3_CHECK(c.follow && c.follow->stats, "layer {}: expert choices offered without a follow context", l);
+      mc.tie_rel = c.follow->opt.expert_tie_rel;
+      mc.stats = c.follow->stats;
+    }
+    mc.layer = l;
+    mc.chosen = experts;
+    moe_forward(s, L, y.data(), T, out.data(), c.pool, &mc);
+  } else mlp_forward(L.dense, y.data(), T, s.swiglu_alpha, s.swiglu_limit, out.data(), c.pool);
   for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
 }
 
@@ -148,17 +268,54 @@ StepOutput forward_step(const ForwardContext& c, const StepPlan& p, SelectionTra
   std::vector<float> x(size_t(T) * H);
   for (int t = 0; t < T; ++t) std::copy_n(c.w.embed.row(p.token_id[size_t(t)]), H, x.data() + size_t(t) * H);
   if (trace) {
-    trace->layers.clear();
-    trace->blocks.clear();
+    trace->clear();
+    if (trace->record_cache) {
+      trace->cache_k.resize(size_t(s.num_layers));
+      trace->cache_v.resize(size_t(s.num_layers));
+      trace->cache_ik.resize(size_t(s.num_layers));
+    }
   }
+  const SelectionTrace* d = c.follow ? c.follow->decisions : nullptr;
+  // Index of layer l in the offered choices of one kind (-1: none of that kind offered).
+  auto offered_index = [](const std::vector<int>& layers, size_t parts, int l, const char* what) -> int {
+    if (parts == 0) return -1;
+    M3_CHECK(layers.size() == parts, "follow: the decisions list {} layers for {} {} entries", layers.size(), parts, what);
+    auto it = std::find(layers.begin(), layers.end(), l);
+    M3_CHECK(it != layers.end(), "follow: the decisions offer {} but none for layer {}", what, l);
+    return int(it - layers.begin());
+  };
   for (int l = 0; l < s.num_layers; ++l) {
-    std::vector<std::vector<std::vector<int32_t>>>* sel = nullptr;
+    BlockChoices* sel = nullptr;
     if (trace && s.sparse(l)) {
       trace->layers.push_back(l);
       sel = &trace->blocks.emplace_back();
     }
-    attention_block(c, l, p, x.data(), sel);
-    ffn_block(c, l, T, x.data());
+    const int kb = d && s.sparse(l) ? offered_index(d->layers, d->blocks.size(), l, "blocks") : -1;
+    AttentionChoices ac;
+    ac.sel = sel;
+    ac.offered = kb >= 0 ? &d->blocks[size_t(kb)] : nullptr;
+    if (trace && trace->record_cache) {
+      ac.k_out = &trace->cache_k[size_t(l)];
+      ac.v_out = &trace->cache_v[size_t(l)];
+      if (s.sparse(l)) ac.ik_out = &trace->cache_ik[size_t(l)];
+    }
+    if (d && !d->cache_k.empty()) {  // offered cache entries: every layer's
+      M3_CHECK(d->cache_k.size() == size_t(s.num_layers) && d->cache_v.size() == size_t(s.num_layers) &&
+                   d->cache_ik.size() == size_t(s.num_layers),
+               "follow: the decisions hold cache entries of {} / {} / {} layers, the model has {}", d->cache_k.size(),
+               d->cache_v.size(), d->cache_ik.size(), s.num_layers);
+      ac.k_in = &d->cache_k[size_t(l)];
+      ac.v_in = &d->cache_v[size_t(l)];
+      if (s.sparse(l)) ac.ik_in = &d->cache_ik[size_t(l)];
+    }
+    attention_block(c, l, p, x.data(), ac);
+    ExpertChoices* ex = nullptr;
+    if (trace && s.moe(l)) {
+      trace->moe_layers.push_back(l);
+      ex = &trace->experts.emplace_back();
+    }
+    const int ke = d && s.moe(l) ? offered_index(d->moe_layers, d->experts.size(), l, "experts") : -1;
+    ffn_block(c, l, T, x.data(), ex, ke >= 0 ? &d->experts[size_t(ke)] : nullptr);
   }
   const int R = int(p.out_tokens.size());
   std::vector<float> xn(size_t(R) * H);

@@ -1,4 +1,5 @@
-// Paged caches of the CPU reference, all fp32: per layer K (normed, rotated) and V (raw), each
+// Paged caches of the CPU reference, all fp32 (what is written may first be rounded through the
+// GPU cache codec: ref/cache_codec.h): per layer K (normed, rotated) and V (raw), each
 // [num_blocks * block_size, kv_heads * head_dim]; per sparse layer the index-K cache
 // [num_blocks * block_size, index_dim]. Position p of a sequence lives at
 //   slot = block_table[p / block_size] * block_size + p % block_size.

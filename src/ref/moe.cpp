@@ -6,17 +6,38 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/check.h"
 #include "ref/linear.h"
 #include "ref/mlp.h"
 
 namespace m3::ref {
 
+void router_scores(const float* logits, const float* bias, int num_experts, double* s, double* choice) {
+  for (int e = 0; e < num_experts; ++e) {
+    s[e] = 1.0 / (1.0 + std::exp(-double(logits[e])));
+    choice[e] = s[e] + double(bias[e]);
+  }
+}
+
+Route route_through(const float* logits, const std::vector<int32_t>& experts, float routed_scale) {
+  Route r;
+  std::vector<double> s;
+  double sum = 0;
+  for (int e : experts) {
+    s.push_back(1.0 / (1.0 + std::exp(-double(logits[e]))));
+    sum += s.back();
+    r.experts.push_back(e);
+  }
+  for (double v : s) r.weights.push_back(float(v / sum * double(routed_scale)));
+  return r;
+}
+
 Route route_token(const float* logits, const float* bias, int num_experts, int top_k, float routed_scale) {
   std::vector<double> s(static_cast<size_t>(num_experts)), choice(s.size());
-  for (int e = 0; e < num_experts; ++e) {
-    s[size_t(e)] = 1.0 / (1.0 + std::exp(-double(logits[e])));
-    choice[size_t(e)] = s[size_t(e)] + double(bias[e]);
-  }
+  router_scores(logits, bias, num_experts, s.data(), choice.data());
   std::vector<int> idx(static_cast<size_t>(num_experts));
   std::iota(idx.begin(), idx.end(), 0);
   auto better = [&](int a, int b) {
@@ -31,14 +52,60 @@ Route route_token(const float* logits, const float* bias, int num_experts, int t
   return r;
 }
 
+namespace {
+// The offered list of token t if it is a near-tie of the reference's own route, else the own route
+// (a refusal); counts in st.
+Route follow_route(const ModelSpec& spec, const LayerWeights& lw, const float* x, const float* logits, Route own,
+                   const std::vector<int32_t>& offered, const MoeChoices& mc, int t, FollowStats& st) {
+  const int E = spec.num_experts, H = spec.hidden;
+  ++st.expert_lists;
+  if (offered.size() == own.experts.size() && std::equal(offered.begin(), offered.end(), own.experts.begin()))
+    return own;
+  ++st.expert_differ;
+  const size_t ne = static_cast<size_t>(E);
+  std::vector<double> s(ne), choice(ne), mag(ne);
+  router_scores(logits, lw.router_bias.data(), E, s.data(), choice.data());
+  for (int e = 0; e < E; ++e) {
+    const float* w = lw.router.row(e);
+    double m = 0;
+    for (int h = 0; h < H; ++h) m += std::fabs(double(w[h]) * double(x[h]));
+    mag[size_t(e)] = s[size_t(e)] * (1 - s[size_t(e)]) * m;
+  }
+  const double gap = expert_choice_gap(choice.data(), mag.data(), E, spec.top_k, offered);
+  if (gap <= mc.tie_rel) {
+    ++st.expert_followed;
+    st.expert_max_taken = std::max(st.expert_max_taken, gap);
+    return route_through(logits, offered, spec.routed_scale);
+  }
+  ++st.expert_refused;
+  st.expert_min_refused = std::min(st.expert_min_refused, gap);
+  if (st.first_refused.empty())
+    st.first_refused = fmt::format("layer {} token {}: experts offered [{}], own [{}], relative gap {:.3g}", mc.layer, t,
+                                   fmt::join(offered, " "), fmt::join(own.experts, " "), gap);
+  return own;
+}
+}  // namespace
+
 void moe_forward(const ModelSpec& spec, const LayerWeights& lw, const float* x, int n_tok, float* out,
-                 ThreadPool& pool) {
+                 ThreadPool& pool, const MoeChoices* mc) {
   const int H = spec.hidden, E = spec.num_experts, K = spec.top_k;
   std::vector<float> logits(size_t(n_tok) * size_t(E));
   linear(lw.router, x, H, n_tok, logits.data(), E, pool);
+  const auto* offered = mc ? mc->offered : nullptr;
+  M3_CHECK(!offered || (offered->size() == size_t(n_tok) && mc->stats),
+           "moe layer {}: {} offered expert lists for {} tokens", mc ? mc->layer : -1, offered ? offered->size() : 0, n_tok);
   std::vector<Route> routes(static_cast<size_t>(n_tok));
-  for (int t = 0; t < n_tok; ++t)
-    routes[size_t(t)] = route_token(logits.data() + size_t(t) * E, lw.router_bias.data(), E, K, spec.routed_scale);
+  for (int t = 0; t < n_tok; ++t) {
+    const float* lg = logits.data() + size_t(t) * E;
+    routes[size_t(t)] = route_token(lg, lw.router_bias.data(), E, K, spec.routed_scale);
+    if (offered)
+      routes[size_t(t)] = follow_route(spec, lw, x + size_t(t) * H, lg, std::move(routes[size_t(t)]),
+                                       (*offered)[size_t(t)], *mc, t, *mc->stats);
+  }
+  if (mc && mc->chosen) {
+    mc->chosen->clear();
+    for (const Route& r : routes) mc->chosen->emplace_back(r.experts.begin(), r.experts.end());
+  }
 
   // tokens of each expert, in token order; task E is the shared expert over all tokens
   std::vector<std::vector<int>> toks(static_cast<size_t>(E));

@@ -30,12 +30,34 @@ struct StepBatch {
   }
 };
 
-// Optional per-step trace of the indexer's choices (conformance, tests): for each sparse layer in
-// layer order, for each new token of the batch in batch order, for each index group, the selected
-// block ids (sorted ascending).
+// Optional per-step trace of a backend's discrete choices (conformance, tests):
+//   blocks:  the indexer's, for each sparse layer in layer order, for each new token of the batch
+//            in batch order, for each index group, the selected block ids (sorted ascending);
+//   experts: the router's, for each MoE layer in layer order, for each new token in batch order,
+//            the top-k expert ids in choice order (best first). A backend that does not report
+//            experts leaves moe_layers and experts empty;
+//   cache:   on request, the cache entries the step wrote (below).
+// The CPU reference can also take such a trace as the decisions to follow in a step (ref/follow.h).
 struct SelectionTrace {
-  std::vector<int> layers;  // model layer index of each entry below
+  std::vector<int> layers;  // model layer index of each entry of blocks
   std::vector<std::vector<std::vector<std::vector<int32_t>>>> blocks;  // [sparse layer][token][group] -> ids
+  std::vector<int> moe_layers;  // model layer index of each entry of experts
+  std::vector<std::vector<std::vector<int32_t>>> experts;  // [moe layer][token] -> top-k ids, best first
+  // In: record_cache asks for the new tokens' cache entries too (tests; a copy per layer). Out: for
+  // every layer, what the new tokens' K, V and index-K entries read back as (decoded value times
+  // the layer's scale), rows in batch order: cache_k / cache_v [layer][token * kv_dim + i],
+  // cache_ik [layer][token * index_dim + i] (empty on full-attention layers).
+  bool record_cache = false;
+  std::vector<std::vector<float>> cache_k, cache_v, cache_ik;
+  void clear() {  // keeps record_cache
+    layers.clear();
+    blocks.clear();
+    moe_layers.clear();
+    experts.clear();
+    cache_k.clear();
+    cache_v.clear();
+    cache_ik.clear();
+  }
 };
 
 struct StepOutput {

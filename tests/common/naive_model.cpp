@@ -50,7 +50,8 @@ DVec mlp(const MlpWeights& w, const DVec& y, double alpha, double limit) {
 }
 }  // namespace
 
-NaiveResult naive_forward(const ModelSpec& s, const ModelWeights& w, const std::vector<int32_t>& tokens) {
+NaiveResult naive_forward(const ModelSpec& s, const ModelWeights& w, const std::vector<int32_t>& tokens,
+                          const CacheRound& round) {
   const int T = int(tokens.size()), H = s.hidden, hd = s.head_dim, bs = s.index_block;
   const double eps = s.rms_eps;
   NaiveResult res;
@@ -87,6 +88,12 @@ NaiveResult naive_forward(const ModelSpec& s, const ModelWeights& w, const std::
         rope(ik[size_t(t)], 0, s.rotary_dim, s.rope_theta, t);
       }
     }
+    if (round)
+      for (int t = 0; t < T; ++t) {
+        for (double& e : k[size_t(t)]) e = round('k', l, e);
+        for (double& e : v[size_t(t)]) e = round('v', l, e);
+        for (double& e : ik[size_t(t)]) e = round('i', l, e);
+      }
     // allowed[t][g][j]: key j visible to the heads of group g at token t
     std::vector<std::vector<std::vector<char>>> allowed(size_t(T), std::vector<std::vector<char>>(size_t(s.num_kv_heads)));
     if (s.sparse(l)) res.blocks.emplace_back(size_t(T), std::vector<std::vector<int32_t>>(size_t(s.num_kv_heads)));

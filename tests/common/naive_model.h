@@ -3,6 +3,7 @@
 // compare the reference engine with it on random specs, beyond the shapes of the golden fixtures.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/spec.h"
@@ -22,6 +23,12 @@ struct NaiveResult {
   double min_router_gap = 1e300;
 };
 
-NaiveResult naive_forward(const ModelSpec& spec, const ModelWeights& w, const std::vector<int32_t>& tokens);
+// Optional rounding of what a cached engine stores: called for every element of K (after norm and
+// RoPE), V and index-K (after norm and RoPE) with kind 'k', 'v' or 'i', the layer and the value;
+// returns the value the engine reads back. Empty: exact.
+using CacheRound = std::function<double(char kind, int layer, double x)>;
+
+NaiveResult naive_forward(const ModelSpec& spec, const ModelWeights& w, const std::vector<int32_t>& tokens,
+                          const CacheRound& round = {});
 
 }  // namespace m3::test

@@ -63,3 +63,19 @@ TEST(BackendChoiceCli, BadChoicesNameTheFlag) {
     EXPECT_NE(c.out.find("--device cuda"), std::string::npos) << c.out;
   }
 }
+
+TEST(BackendChoiceCli, CacheDtypeRoundsTheReferenceCaches) {
+  // --cache-dtype fp8 on the CPU reference: its caches round through the GPU's FP8 codec, which
+  // moves the logits (the checks print other worst errors than the exact run's)
+  auto exact = run("conformance --threads 2 --weights prepared --device cpu --model " + kModel);
+  auto fp8 = run("conformance --threads 2 --weights prepared --device cpu --cache-dtype fp8 --model " + kModel);
+  EXPECT_EQ(fp8.rc, 1) << fp8.out;
+  EXPECT_NE(fp8.out.find("(cpu-ref)"), std::string::npos) << fp8.out;
+  EXPECT_NE(fp8.out.find("[FAIL] p0"), std::string::npos) << fp8.out;
+  EXPECT_NE(fp8.out, exact.out);
+  auto f32 = run("conformance --threads 2 --cache-dtype fp32 --model " + kModel);
+  EXPECT_EQ(f32.rc, 0) << f32.out;  // explicit fp32: the exact default
+  auto bad = run("conformance --cache-dtype fp4 --model " + kModel);
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("--cache-dtype"), std::string::npos) << bad.out;
+}

@@ -1,28 +1,33 @@
 // Whole-model checks of the CUDA native backend (the issue's GPU acceptance; scripts/gpu-check.sh
 // collects the "MODEL" lines these tests print into its table):
-// 1. against the CPU reference run on the SAME prepared weights dequantized to fp32, on a
-//    synthetic model with the released head layout (real-heads: 64 q / 4 KV heads of 128, index
-//    4 x 128, block 128, hidden 1024, 4 sparse layers) and on tiny-m3-a, prompts longer than 16
-//    blocks so the selection is really sparse, then 64 greedy decode steps (CUDA-graph buckets),
-//    in four variants: FP8 or BF16 caches x bf16 GEMM activations in the prefill (default) or fp32
-//    activations everywhere. Figures per variant: logits cosine (min, median, rows under 0.999),
-//    argmax differences with the reference's top-1 margin, selections equal as sets / near-ties /
-//    other flips.
-//    These random-weight MoE models are chaotic: the reference itself, with its norm weights
-//    perturbed by +-2^-9 (the size of one bf16 rounding), falls to cosine 0.95-0.99 at a few steps
-//    and flips greedy ids (router top-k and block top-k near-ties amplify any rounding). A literal
-//    "cosine >= 0.999 at every step" therefore holds for no engine that rounds differently from the
-//    reference. The gate is stated against that yardstick, measured in the same test: the exact
-//    variant (BF16 caches, fp32 activations) must deviate from the reference no more than the
-//    perturbed reference does (1 - median cosine, rows under 0.999, argmax and selection
-//    differences: within 2x + a small allowance); the other variants (FP8 caches and/or bf16 GEMM
-//    activations) are reported next to it with sanity bounds on their median and worst row.
-// 2. against the transformers golden of tiny-m3-a (float64 from the bf16 checkpoint): the GPU's
+// 1. Issue 3's literal gate, against the CPU reference run on the SAME prepared weights dequantized
+//    to fp32, on a synthetic model with the released head layout (real-heads: 64 q / 4 KV heads of
+//    128, index 4 x 128, block 128, hidden 1024, 4 sparse layers) and on tiny-m3-a, prompts longer
+//    than 16 blocks so the selection is really sparse, then 63 greedy decode steps (64 logits rows
+//    and greedy ids in all). The reference is made the oracle of this GPU configuration by exactly
+//    two things and nothing else:
+//    - its K/V and index-K caches round what they store through the GPU's codec (FP8 E4M3 with the
+//      same scales, or BF16; ref/cache_codec.h), so cache rounding is not counted as error;
+//    - every step, it is offered the GPU's discrete choices of that step (indexer block sets, router
+//      expert lists and the rounding of each cache entry: the GPU's SelectionTrace) and takes one
+//      only where it is a tie within fp32 rounding in its OWN numbers (ref/follow.h: scores within
+//      2^-17 of their magnitude sums; a cache value within 2^-17 of its vector's rms from the
+//      rounding midpoint); anything else is refused and counted as a real disagreement.
+//    Both are fed the reference's greedy id at every step (teacher forcing), so one divergence does
+//    not cascade. Gate, per model and GPU variant (FP8 caches, the default, and BF16 caches; each
+//    with the default bf16-rounded GEMM activations of passes over 16 rows and with fp32 activations
+//    everywhere): logits cosine >= 0.999 at every row, greedy ids equal at every step (each
+//    divergence printed with the reference's top-1 margin there), GPU choices equal to the ones the
+//    reference used except the refused ones, and no refused choice.
+// 2. Against the transformers golden of tiny-m3-a (float64 from the bf16 checkpoint): the GPU's
 //    distance to the golden next to the CPU reference's distance on the same prepared weights (the
 //    part FP8/MXFP4 weight quantization alone explains), with the bounds stated below.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
 
 #include "native/kv_cache.h"
@@ -38,57 +43,77 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Tie bound for selection flips: index scores are dot products of iq with an FP8 index-K cache
-// entry (relative rounding <= 2^-4 per element) and of FP8-projected activations; two blocks whose
-// max-pooled scores are within 3% of the row's largest |score| can swap order under that rounding.
-constexpr double kTieRel = 0.03;
+constexpr double kMinCos = 0.999;  // issue 3: logits cosine >= 0.999 at every step
 
-// Cache formats and activation precision of a GPU run. The exact variant (BF16 caches, fp32
-// activations everywhere) leaves accumulation order and 2^-9 cache rounding; the default one adds
-// FP8 caches and, for passes of more than 16 rows (the prefill), bf16-rounded activations in the
-// cuBLASLt GEMM.
 struct Variant {
   const char* name;
+  const char* key;  // for M3_MODEL_VARIANTS
   DType kv, ik;
   bool fp32_act;
-  bool exact;
 };
 
-int rows_below(const LogitsStats& st, double c) {
-  return int(std::count_if(st.cos.begin(), st.cos.end(), [&](double x) { return x < c; }));
+// M3_MODEL_VARIANTS (comma-separated keys: fp8, bf16, fp8-fp32act, bf16-fp32act) runs a subset of
+// the variants (a short device session); unset: all of them.
+bool variant_wanted(const Variant& v) {
+  const char* e = std::getenv("M3_MODEL_VARIANTS");
+  if (!e || !*e) return true;
+  const std::string list = std::string(",") + e + ",";
+  return list.find(std::string(",") + v.key + ",") != std::string::npos;
 }
 
-// One reference run: traced prefill, then decode fed with `ids` (empty: its own greedy ids).
-struct RefRun {
-  std::vector<std::vector<float>> logits;
-  std::vector<int32_t> ids;
-  SelectionTrace trace;
-  double seconds = 0;
+// The GPU's choices against the ones the reference used: block sets (sorted) per (sparse layer,
+// token, group), expert lists (in order) per (MoE layer, token).
+struct ChoiceDiff {
+  int64_t block_sets = 0, block_differ = 0, expert_lists = 0, expert_differ = 0, cache_elems = 0, cache_differ = 0;
+  std::string first;
 };
 
-RefRun run_reference(const ModelSpec& spec, const ModelWeights& w, int blocks, const std::vector<int32_t>& prompt,
-                     const std::vector<int32_t>& table, int steps, const std::vector<int32_t>* feed) {
-  RefRun r;
-  auto ref = ref::make_ref_backend(spec, w, ref::RefOptions{blocks, 0});
-  const int V = spec.vocab_size, P = int(prompt.size());
-  auto t0 = std::chrono::steady_clock::now();
-  StepOutput o = ref->step(StepBatch{{SeqStep{0, prompt, table, false}}}, &r.trace);
-  r.logits.push_back(o.logits);
-  r.ids.push_back(int32_t(argmax_of(o.logits.data(), V)));
-  for (int s = 1; s < steps; ++s) {
-    const int32_t t = feed ? (*feed)[size_t(s - 1)] : r.ids.back();
-    o = ref->step(StepBatch{{SeqStep{P + s - 1, {t}, table, false}}});
-    r.logits.push_back(o.logits);
-    r.ids.push_back(int32_t(argmax_of(o.logits.data(), V)));
+void diff_choices(const SelectionTrace& g, const SelectionTrace& r, int step, ChoiceDiff& d) {
+  ASSERT_EQ(g.layers, r.layers);
+  ASSERT_EQ(g.moe_layers, r.moe_layers);
+  ASSERT_EQ(g.blocks.size(), r.blocks.size());
+  ASSERT_EQ(g.experts.size(), r.experts.size());
+  for (size_t k = 0; k < g.blocks.size(); ++k) {
+    ASSERT_EQ(g.blocks[k].size(), r.blocks[k].size());
+    for (size_t t = 0; t < g.blocks[k].size(); ++t)
+      for (size_t h = 0; h < g.blocks[k][t].size(); ++h) {
+        ++d.block_sets;
+        std::vector<int32_t> a = g.blocks[k][t][h], b = r.blocks[k][t][h];
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        if (a != b && d.block_differ++ == 0 && d.first.empty())
+          d.first = fmt::format("step {} layer {} token {} group {}: gpu blocks [{}], reference [{}]", step, g.layers[k],
+                                t, h, fmt::join(a, " "), fmt::join(b, " "));
+      }
   }
-  r.seconds = seconds_since(t0);
-  return r;
+  for (auto [gc, rc] : {std::pair{&g.cache_k, &r.cache_k}, std::pair{&g.cache_v, &r.cache_v},
+                        std::pair{&g.cache_ik, &r.cache_ik}}) {
+    ASSERT_EQ(gc->size(), rc->size());
+    for (size_t l = 0; l < gc->size(); ++l) {
+      ASSERT_EQ((*gc)[l].size(), (*rc)[l].size()) << "layer " << l;
+      for (size_t i = 0; i < (*gc)[l].size(); ++i) {
+        ++d.cache_elems;
+        d.cache_differ += !((*gc)[l][i] == (*rc)[l][i]);  // NaN (an unwritten entry) counts as differing
+      }
+    }
+  }
+  for (size_t k = 0; k < g.experts.size(); ++k) {
+    ASSERT_EQ(g.experts[k].size(), r.experts[k].size());
+    for (size_t t = 0; t < g.experts[k].size(); ++t) {
+      ++d.expert_lists;
+      if (g.experts[k][t] != r.experts[k][t] && d.expert_differ++ == 0 && d.first.empty())
+        d.first = fmt::format("step {} layer {} token {}: gpu experts [{}], reference [{}]", step, g.moe_layers[k], t,
+                              fmt::join(g.experts[k][t], " "), fmt::join(r.experts[k][t], " "));
+    }
+  }
 }
 
-// default_min_cos / default_median_cos: sanity bounds on the worst row and the median of the
-// non-exact variants (FP8 caches round at 2^-4, 32x the yardstick's perturbation).
-void model_vs_reference(const char* model_name, const PreparedModel& m, int prompt_len, int steps, uint64_t seed,
-                        double default_min_cos, double default_median_cos) {
+struct Divergence {
+  int step, gpu_id, ref_id;
+  double ref_margin, ref_max, gpu_gap;  // reference top-1 margin and max|logit|; gpu logit(gpu id) - logit(ref id)
+};
+
+void model_vs_oracle(const char* model_name, const PreparedModel& m, int prompt_len, int steps, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const ModelSpec& spec = m.spec;
   const int V = spec.vocab_size, bs = spec.index_block;
@@ -102,30 +127,14 @@ void model_vs_reference(const char* model_name, const PreparedModel& m, int prom
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   for (auto& t : prompt) t = tok(rng);
 
-  // The reference (its greedy ids drive every other run), and the yardstick: the reference with
-  // each layer's (1 + input_norm) scaled by 1 +- 2^-9, fed the same tokens.
-  RefRun ref = run_reference(spec, m.deq, blocks, prompt, table, steps, nullptr);
-  LogitsStats yard;
-  SelectionStats yard_sel;
-  {
-    ModelWeights p = m.deq;
-    std::mt19937_64 prng(seed ^ 0x5bd1e995u);
-    for (auto& L : p.layers)
-      for (auto& x : L.input_norm) x = (1 + x) * (1 + ((prng() & 1) ? 1 : -1) * 0x1p-9f) - 1;
-    RefRun y = run_reference(spec, p, blocks, prompt, table, steps, &ref.ids);
-    for (int s = 0; s < steps; ++s) yard.add(y.logits[size_t(s)].data(), ref.logits[size_t(s)].data(), V, "step " + std::to_string(s));
-    yard_sel = compare_selections(y.trace, ref.trace, nullptr, 0);
-  }
-  std::printf("MODEL | %s yardstick: CPU ref with norms perturbed by 2^-9 | prompt %d + %d steps | cos min %.6f median "
-              "%.7f, rows < 0.999: %d | argmax diffs %d | selections %lld rows, %lld differ | ref %.1f s\n",
-              model_name, prompt_len, steps, yard.min_cos, yard.median_cos(), rows_below(yard, 0.999), yard.argmax_diff,
-              (long long)yard_sel.rows, (long long)yard_sel.differ, ref.seconds);
-  std::fflush(stdout);
-
-  for (const Variant& var : {Variant{"fp8-kv (default)", DType::F8_E4M3, DType::F8_E4M3, false, false},
-                             Variant{"bf16-kv", DType::BF16, DType::BF16, false, false},
-                             Variant{"fp8-kv fp32-act", DType::F8_E4M3, DType::F8_E4M3, true, false},
-                             Variant{"bf16-kv fp32-act (exact)", DType::BF16, DType::BF16, true, true}}) {
+  for (const Variant& var : {Variant{"fp8-kv (default)", "fp8", DType::F8_E4M3, DType::F8_E4M3, false},
+                             Variant{"bf16-kv", "bf16", DType::BF16, DType::BF16, false},
+                             Variant{"fp8-kv fp32-act", "fp8-fp32act", DType::F8_E4M3, DType::F8_E4M3, true},
+                             Variant{"bf16-kv fp32-act", "bf16-fp32act", DType::BF16, DType::BF16, true}}) {
+    if (!variant_wanted(var)) {
+      std::printf("MODEL | %s %s: skipped (M3_MODEL_VARIANTS)\n", model_name, var.name);
+      continue;
+    }
     SCOPED_TRACE(var.name);
     native::CudaBackendOptions o;
     o.num_cache_blocks = blocks;
@@ -135,54 +144,90 @@ void model_vs_reference(const char* model_name, const PreparedModel& m, int prom
     auto gpu = native::make_cuda_backend(m.pw, o);
     gpu->kv_cache().fill(0x7f, nullptr);  // NaN poison: a read of an unwritten slot shows in the logits
     M3_CUDA_CHECK(cudaDeviceSynchronize());
-    SelectionTrace gtrace;
-    native::BlockScoreTrace scores;
-    gpu->set_block_score_trace(&scores);
-    auto g0 = std::chrono::steady_clock::now();
-    StepOutput gp = gpu->step(StepBatch{{SeqStep{0, prompt, table, false}}}, &gtrace);
-    const double prefill_s = seconds_since(g0);
-    gpu->set_block_score_trace(nullptr);
+    ref::RefOptions ro(blocks, 0);
+    ro.cache.kv_dtype = var.kv;
+    ro.cache.ik_dtype = var.ik;
+    ro.cache.k_scale = o.k_scale;  // the scales the backend gives every layer
+    ro.cache.v_scale = o.v_scale;
+    ro.cache.ik_scale = o.ik_scale;
+    auto cpu = ref::make_ref_backend(spec, m.deq, ro);
+
     LogitsStats st;
-    double worst_margin = 0;  // largest reference margin (relative to max|ref|) at an argmax difference
-    auto add = [&](const std::vector<float>& g, int s) {
-      const int before = st.argmax_diff;
-      st.add(g.data(), ref.logits[size_t(s)].data(), V, "step " + std::to_string(s));
-      if (st.argmax_diff != before) {
+    ref::FollowStats fs;
+    ChoiceDiff cd;
+    std::vector<Divergence> div;
+    std::vector<int> low_steps;
+    int worst_step = 0, first_refusal_step = -1;
+    double gpu_s = 0, ref_s = 0;
+    int32_t next = -1;
+    for (int s = 0; s < steps; ++s) {
+      StepBatch b = s == 0 ? StepBatch{{SeqStep{0, prompt, table, false}}}
+                           : StepBatch{{SeqStep{prompt_len + s - 1, {next}, table, false}}};
+      SelectionTrace gt, rt;
+      gt.record_cache = rt.record_cache = true;
+      auto t0 = std::chrono::steady_clock::now();
+      StepOutput g = gpu->step(b, &gt);
+      gpu_s += seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      const int64_t refused_before = fs.refused();
+      StepOutput r = cpu->step_following(b, gt, ref::FollowOptions{}, &fs, &rt);
+      ref_s += seconds_since(t0);
+      if (fs.refused() > refused_before && first_refusal_step < 0) first_refusal_step = s;
+      diff_choices(gt, rt, s, cd);
+      ASSERT_EQ(g.logits.size(), size_t(V));
+      st.add(g.logits.data(), r.logits.data(), V, "step " + std::to_string(s));
+      if (st.cos.back() < st.cos[size_t(worst_step)]) worst_step = s;
+      if (!(st.cos.back() >= kMinCos)) low_steps.push_back(s);
+      const int ag = argmax_of(g.logits.data(), V), ar = argmax_of(r.logits.data(), V);
+      if (ag != ar) {
         double mx = 0;
-        for (float v : ref.logits[size_t(s)]) mx = std::max(mx, double(std::fabs(v)));
-        worst_margin = std::max(worst_margin, top1_margin(ref.logits[size_t(s)].data(), V) / mx);
+        for (float v : r.logits) mx = std::max(mx, double(std::fabs(v)));
+        div.push_back({s, ag, ar, top1_margin(r.logits.data(), V), mx,
+                       double(g.logits[size_t(ag)]) - double(g.logits[size_t(ar)])});
       }
-    };
-    add(gp.logits, 0);
-    // step 1 runs the bucket eagerly and captures it; the rest replay (timed)
-    auto d0 = std::chrono::steady_clock::now();
-    for (int s = 1; s < steps; ++s) {
-      StepOutput g = gpu->step(StepBatch{{SeqStep{prompt_len + s - 1, {ref.ids[size_t(s - 1)]}, table, false}}});
-      add(g.logits, s);
-      if (s == 1) d0 = std::chrono::steady_clock::now();
+      next = int32_t(ar);  // teacher forcing: both continue with the reference's id
     }
-    const double decode_ms = seconds_since(d0) * 1e3 / std::max(1, steps - 2);
-    SelectionStats sel = compare_selections(gtrace, ref.trace, &scores, kTieRel);
-    std::printf("MODEL | %s %s vs CPU ref (prepared weights) | cos min %.6f median %.7f, rows < 0.999: %d | "
-                "max|d|/max|ref| %.3g | argmax diffs %d%s%s | selections %lld rows, %lld differ (%lld near-ties <= "
-                "%.2g, %lld other), worst gap %.3g | gpu prefill %.3f s, decode %.2f ms/step (graph replays %lld)\n",
-                model_name, var.name, st.min_cos, st.median_cos(), rows_below(st, 0.999), st.max_rel, st.argmax_diff,
-                st.argmax_diff ? " first: " : "", st.first_diff.c_str(), (long long)sel.rows, (long long)sel.differ,
-                (long long)sel.near_ties, kTieRel, (long long)sel.real, sel.worst_gap, prefill_s, decode_ms,
-                (long long)gpu->stats().graph_replays);
+
+    std::string lows;
+    for (size_t i = 0; i < low_steps.size() && i < 8; ++i) lows += (i ? " " : "") + std::to_string(low_steps[i]);
+    std::printf("MODEL | %s %s vs oracle (CPU ref, %s-rounded caches, near-ties followed) | prompt %d + %d steps | cos min "
+                "%.6f (step %d) median %.7f, rows < %.3f: %d%s%s%s | max|d|/max|ref| %.3g | argmax diffs %zu | blocks: %lld "
+                "sets, %lld followed, %lld refused (smallest refused gap %.3g) | experts: %lld lists, %lld followed, %lld "
+                "refused (smallest refused gap %.3g) | cache entries: %lld, %lld followed, %lld refused (smallest refused gap "
+                "%.3g) | largest gap taken %.3g / %.3g / %.3g (tie_rel %.3g) | gpu %.2f s, ref %.1f s\n",
+                model_name, var.name, var.kv == DType::BF16 ? "BF16" : "FP8", prompt_len, steps, st.min_cos, worst_step,
+                st.median_cos(), kMinCos, int(low_steps.size()), low_steps.empty() ? "" : " (steps ", lows.c_str(),
+                low_steps.empty() ? "" : ")", st.max_rel, div.size(), (long long)fs.block_sets,
+                (long long)fs.block_followed, (long long)fs.block_refused, fs.block_min_refused,
+                (long long)fs.expert_lists, (long long)fs.expert_followed, (long long)fs.expert_refused,
+                fs.expert_min_refused, (long long)fs.cache.offered, (long long)fs.cache.followed,
+                (long long)fs.cache.refused, fs.cache.min_refused, fs.block_max_taken, fs.expert_max_taken,
+                fs.cache.max_taken, ref::kTieRel, gpu_s, ref_s);
+    for (const Divergence& d : div)
+      std::printf("MODEL |   %s %s: greedy divergence at step %d: gpu id %d, reference id %d, reference top-1 margin "
+                  "%.4g (%.3g of max|logit| %.3g), gpu prefers its id by %.4g\n",
+                  model_name, var.name, d.step, d.gpu_id, d.ref_id, d.ref_margin, d.ref_margin / d.ref_max, d.ref_max,
+                  d.gpu_gap);
+    if (fs.refused() > 0)
+      std::printf("MODEL |   %s %s: first refused choice at step %d: %s\n", model_name, var.name, first_refusal_step,
+                  fs.first_refused.c_str());
     std::fflush(stdout);
+
+    // the literal gate
     EXPECT_EQ(st.rows, steps);
-    EXPECT_GT(sel.rows, 0);
-    EXPECT_GT(gpu->stats().graph_replays, 0);
-    if (var.exact) {
-      EXPECT_LE(1 - st.median_cos(), 2 * (1 - yard.median_cos()) + 1e-6);
-      EXPECT_LE(rows_below(st, 0.999), 2 * rows_below(yard, 0.999) + std::max(1, steps / 32)) << st.first_diff;
-      EXPECT_LE(st.argmax_diff, 2 * yard.argmax_diff + 1) << st.first_diff;
-      EXPECT_LE(double(sel.differ), 2.0 * double(yard_sel.differ) + 0.002 * double(sel.rows)) << sel.first_real;
-    } else {
-      EXPECT_GE(st.median_cos(), default_median_cos);
-      EXPECT_GE(st.min_cos, default_min_cos) << st.first_diff;
-    }
+    EXPECT_GE(st.min_cos, kMinCos) << "worst row: step " << worst_step;
+    EXPECT_TRUE(low_steps.empty()) << low_steps.size() << " rows under " << kMinCos;
+    EXPECT_TRUE(div.empty()) << div.size() << " greedy divergences, first at step " << (div.empty() ? -1 : div[0].step);
+    EXPECT_EQ(fs.refused(), 0) << "first refused choice (step " << first_refusal_step << "): " << fs.first_refused;
+    // bookkeeping: the GPU's choices differ from the ones the reference used exactly where it refused
+    EXPECT_EQ(cd.block_differ, fs.block_refused) << cd.first;
+    EXPECT_EQ(cd.expert_differ, fs.expert_refused) << cd.first;
+    EXPECT_EQ(cd.block_sets, fs.block_sets);
+    EXPECT_EQ(cd.expert_lists, fs.expert_lists);
+    EXPECT_EQ(cd.cache_differ, fs.cache.refused);
+    EXPECT_EQ(cd.cache_elems, fs.cache.offered);
+    EXPECT_GT(fs.block_sets, 0);
+    EXPECT_GT(fs.expert_lists, 0);
   }
 }
 
@@ -191,6 +236,7 @@ void model_vs_reference(const char* model_name, const PreparedModel& m, int prom
 TEST(GpuModel, RealHeadsVsReference) {
   const uint64_t seed = model_test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
+  std::printf("seed %llu (M3_TEST_SEED replays it)\n", (unsigned long long)seed);
   ModelSpec spec = synthetic_preset("real-heads");
   PreparedModel m;
   {
@@ -204,18 +250,15 @@ TEST(GpuModel, RealHeadsVsReference) {
   EXPECT_EQ(spec.head_dim, 128);
   EXPECT_GE(spec.hidden, 1024);
   EXPECT_GE(spec.num_sparse_layers(), 4);
-  // non-exact sanity bounds; measured (H200, 2026-11-30, seed 12345): worst rows 0.995-0.997,
-  // medians 0.9989 (FP8 caches) to 0.99999 (BF16 caches)
-  model_vs_reference("real-heads", m, 16 * 128 + 152, 64, seed, 0.98, 0.995);
+  model_vs_oracle("real-heads", m, 16 * 128 + 152, 64, seed);
 }
 
 TEST(GpuModel, TinyM3aVsReference) {
   const uint64_t seed = model_test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
+  std::printf("seed %llu (M3_TEST_SEED replays it)\n", (unsigned long long)seed);
   PreparedModel m = prepare_from_dir(test_data_dir() / "tiny-m3-a");
-  // non-exact sanity bounds; measured (H200, 2026-11-30, seed 12345): worst rows 0.89-0.95,
-  // medians 0.986 (FP8 caches) to 0.9989 (BF16 caches); its yardstick itself: 0.945 / 0.9994
-  model_vs_reference("tiny-m3-a", m, 16 * 16 + 44, 64, seed, 0.8, 0.95);
+  model_vs_oracle("tiny-m3-a", m, 16 * 16 + 44, 64, seed);
 }
 
 // Against the transformers golden. The golden is float64 on the bf16 checkpoint; both the CPU
