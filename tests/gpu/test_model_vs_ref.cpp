@@ -11,12 +11,14 @@
 //    - every step, it is offered the GPU's discrete choices of that step (indexer block sets, router
 //      expert lists and the rounding of each cache entry: the GPU's SelectionTrace) and takes one
 //      only where it is a tie within fp32 rounding in its OWN numbers (ref/follow.h: scores within
-//      2^-17 of their magnitude sums; a cache value within 2^-17 of its vector's rms from the
-//      rounding midpoint); anything else is refused and counted as a real disagreement.
+//      2^-17 of their magnitude sums; a cache value within 2^-17 of its vector's rms from a value
+//      that rounds to the GPU's code); anything else is refused and counted as a real disagreement.
 //    Both are fed the reference's greedy id at every step (teacher forcing), so one divergence does
 //    not cascade. Gate, per model and GPU variant (FP8 caches, the default, and BF16 caches; each
-//    with the default bf16-rounded GEMM activations of passes over 16 rows and with fp32 activations
-//    everywhere): logits cosine >= 0.999 at every row, greedy ids equal at every step (each
+//    with CudaBackendOptions::fp32_activations off and on: before cf50476 "off" meant bf16-rounded
+//    GEMM activations for passes over 16 rows, since then the flag has no effect and the pairs are
+//    the same configuration; M3_MODEL_VARIANTS picks a subset): logits cosine >= 0.999 at every
+//    row, greedy ids equal at every step (each
 //    divergence printed with the reference's top-1 margin there), GPU choices equal to the ones the
 //    reference used except the refused ones, and no refused choice.
 // 2. Against the transformers golden of tiny-m3-a (float64 from the bf16 checkpoint): the GPU's
