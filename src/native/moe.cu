@@ -1,7 +1,14 @@
 // moe_forward: router GEMV, select, group, then the grouped MXFP4 expert kernels sized for the most
 // entries a batch of M tokens can have (entries past the real count exit at once), then combine.
+// Expert kernels: tensor cores (kernels/moe_mma.cuh; wide for decode, deep for prefill, bitwise the
+// same results), or the CUDA-core GEMV of kernels/moe_mxfp4.cuh (moe_set_kernel(MoeKernel::Gemv), or
+// M3_MOE_GEMV=1 in the environment: the fallback and the yardstick).
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
+#include "kernels/moe_mma.cuh"
 #include "kernels/moe_mxfp4.cuh"
 #include "native/cuda_check.h"
 #include "native/moe.h"
@@ -18,6 +25,26 @@ template <int MT>
 __global__ void __launch_bounds__(32 * kMoeWarpsPerBlock) moe_gemv_kernel(kernels::MoeGemvParams p, int items) {
   const int work = blockIdx.x * kMoeWarpsPerBlock + threadIdx.x / 32;
   if (work < items) kernels::moe_gemv_work<kernels::ActFmt::F32, MT>(p, work, threadIdx.x & 31);
+}
+
+// Tensor-core tilings: wide (decode) 32 rows x 8 pairs per CTA and P warps; deep (prefill) 32 rows
+// x 32 pairs per warp (at most 168 registers: 3 CTAs, 12 warps per SM). Any tiling gives the same bits (moe_mma.cuh); these are speed choices.
+constexpr int kWideRT = 2, kWideNT = 1, kDeepRT = 2, kDeepNT = 4;
+
+template <int RT, int NT>
+__global__ void __launch_bounds__(32 * kernels::kMoeMaxChains) moe_wide_kernel(kernels::MoeMmaParams p) {
+  extern __shared__ float smem[];
+  kernels::moe_mma_wide_work<RT, NT>(p, int(blockIdx.x), int(blockIdx.y), int(threadIdx.x), smem);
+}
+
+template <int RT, int NT>
+__global__ void __launch_bounds__(32 * kernels::kMoeDeepWarps, 2) moe_deep_kernel(kernels::MoeMmaParams p, int row_tiles) {
+  constexpr int kPerWarp = kernels::moe_deep_smem_floats_per_warp<RT, NT>();
+  __shared__ float smem[kernels::kMoeDeepWarps * kPerWarp];
+  const int warp = int(threadIdx.x) >> 5;
+  kernels::moe_mma_deep_work<RT, NT>(p, row_tiles, int(blockIdx.x) * kernels::kMoeDeepWarps + warp,
+                                     int(gridDim.x) * kernels::kMoeDeepWarps, int(threadIdx.x) & 31,
+                                     smem + warp * kPerWarp);
 }
 
 constexpr int kCombineThreads = 256;
@@ -82,6 +109,90 @@ void launch_moe_gemv(const kernels::MoeGemvParams& p, int entries, int max_token
   M3_LAUNCH_CHECK(s);
 }
 
+int device_sms() {
+  static int sms[64] = {};
+  int dev = 0;
+  M3_CUDA_CHECK(cudaGetDevice(&dev));
+  M3_CHECK(dev >= 0 && dev < 64, "moe: device {} out of range", dev);
+  if (!sms[dev]) M3_CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev));
+  return sms[dev];
+}
+
+// Resident deep CTAs per SM (the persistent grid is one wave of them).
+int deep_ctas_per_sm() {
+  static int per_sm[64] = {};
+  int dev = 0;
+  M3_CUDA_CHECK(cudaGetDevice(&dev));
+  if (!per_sm[dev]) {
+    int n = 0;
+    M3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, moe_deep_kernel<kDeepRT, kDeepNT>,
+                                                                32 * kernels::kMoeDeepWarps, 0));
+    per_sm[dev] = std::max(n, 1);
+  }
+  return per_sm[dev];
+}
+
+std::atomic<int> g_kernel{-1};  // MoeKernel, -1: not read from the environment yet
+
+MoeKernel current_kernel() {
+  int k = g_kernel.load();
+  if (k < 0) {
+    const char* e = std::getenv("M3_MOE_GEMV");
+    k = int(e && std::strcmp(e, "1") == 0 ? MoeKernel::Gemv : MoeKernel::Auto);
+    int expected = -1;
+    g_kernel.compare_exchange_strong(expected, k);
+    k = g_kernel.load();
+  }
+  return MoeKernel(k);
+}
+
+// One projection for the entries of a list on tensor cores: wide or deep (same bits either way).
+void launch_moe_mma(kernels::MoeMmaParams p, int entries, bool deep, cudaStream_t s) {
+  if (entries == 0) return;
+  p.chains = kernels::moe_mma_chains(p.N, p.K, device_sms());
+  if (!deep) {
+    constexpr int RT = kWideRT, NT = kWideNT;
+    const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned(entries));
+    const size_t smem = size_t(kernels::moe_wide_smem_floats<RT, NT>(p.chains)) * sizeof(float);
+    static_assert(size_t(kernels::moe_wide_smem_floats<RT, NT>(kernels::kMoeMaxChains)) * 4 <= 48 * 1024,
+                  "wide tile needs more than the default shared memory");
+    M3_CHECK(entries < 65536, "moe: {} entries", entries);
+    moe_wide_kernel<RT, NT><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
+  } else {
+    constexpr int RT = kDeepRT, NT = kDeepNT;
+    const int row_tiles = (p.N + 16 * RT - 1) / (16 * RT);
+    const unsigned grid = unsigned(device_sms() * deep_ctas_per_sm());
+    moe_deep_kernel<RT, NT><<<grid, unsigned(32 * kernels::kMoeDeepWarps), 0, s>>>(p, row_tiles);
+  }
+  M3_LAUNCH_CHECK(s);
+}
+
+kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin, const int32_t* num,
+                                 const int32_t* pair_row, const float* x, int64_t ld_x, float* y, int64_t ld_y,
+                                 bool swiglu, const MoeWeights& w) {
+  kernels::MoeMmaParams p;
+  p.codes = e.codes;
+  p.scales = e.scales;
+  p.ld = e.ld;
+  p.sld = e.sld;
+  p.slot_codes = e.slot_codes;
+  p.slot_scales = e.slot_scales;
+  p.N = e.rows;
+  p.K = e.cols;
+  p.entry_slot = slot;
+  p.entry_begin = begin;
+  p.num_entries = num;
+  p.pair_row = pair_row;
+  p.x = x;
+  p.ld_x = ld_x;
+  p.y = y;
+  p.ld_y = ld_y;
+  p.swiglu = swiglu ? 1 : 0;
+  p.alpha = w.alpha;
+  p.limit = w.limit;
+  return p;
+}
+
 kernels::MoeGemvParams gemv_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin,
                                    const int32_t* num, const int32_t* pair_row, const void* x, int64_t ld_x, float* y,
                                    int64_t ld_y, bool swiglu, const MoeWeights& w) {
@@ -111,6 +222,9 @@ kernels::MoeGemvParams gemv_params(const Mxfp4Experts& e, const int32_t* slot, c
 
 }  // namespace
 
+void moe_set_kernel(MoeKernel k) { g_kernel.store(int(k)); }
+MoeKernel moe_kernel() { return current_kernel(); }
+
 size_t moe_workspace_bytes(const MoeWeights& w, int M) { return size_t(plan(w, M).total); }
 
 MoeWorkspace moe_workspace(const MoeWeights& w, int M, void* ws) {
@@ -120,7 +234,9 @@ MoeWorkspace moe_workspace(const MoeWeights& w, int M, void* ws) {
   v.logits = reinterpret_cast<float*>(b + p.logits);
   v.ids = reinterpret_cast<int32_t*>(b + p.ids);
   v.weights = reinterpret_cast<float*>(b + p.weights);
+  v.pos_of = reinterpret_cast<int32_t*>(b + p.pos_of);
   v.h = reinterpret_cast<float*>(b + p.h);
+  v.ld_h = p.imax;
   v.y = reinterpret_cast<float*>(b + p.y);
   return v;
 }
@@ -160,21 +276,44 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
   // 4. gate/up + SwiGLU per pair, 5. down per pair
   const int entries = std::min(w.E, MK) + (w.shared_in_slot ? 1 : 0);
   const int ld_h = pl.imax;
-  auto up = gemv_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), x, ld_x,
-                        F32(pl.h), ld_h, true, w);
-  launch_moe_gemv(up, entries, M, stream);
-  if (sep) {
-    auto sup = gemv_params(w.shared_w13, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), I32(pl.pair_row), x, ld_x,
-                           F32(pl.h), ld_h, true, w);
-    launch_moe_gemv(sup, 1, M, stream);
-  }
-  auto down = gemv_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, F32(pl.h), ld_h,
-                          F32(pl.y), H, false, w);
-  launch_moe_gemv(down, entries, M, stream);
-  if (sep) {
-    auto sdown = gemv_params(w.shared_w2, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), nullptr, F32(pl.h), ld_h,
-                             F32(pl.y), H, false, w);
-    launch_moe_gemv(sdown, 1, M, stream);
+  const MoeKernel kern = current_kernel();
+  if (kern == MoeKernel::Gemv) {
+    auto up = gemv_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), x, ld_x,
+                          F32(pl.h), ld_h, true, w);
+    launch_moe_gemv(up, entries, M, stream);
+    if (sep) {
+      auto sup = gemv_params(w.shared_w13, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), I32(pl.pair_row), x,
+                             ld_x, F32(pl.h), ld_h, true, w);
+      launch_moe_gemv(sup, 1, M, stream);
+    }
+    auto down = gemv_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, F32(pl.h), ld_h,
+                            F32(pl.y), H, false, w);
+    launch_moe_gemv(down, entries, M, stream);
+    if (sep) {
+      auto sdown = gemv_params(w.shared_w2, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), nullptr, F32(pl.h),
+                               ld_h, F32(pl.y), H, false, w);
+      launch_moe_gemv(sdown, 1, M, stream);
+    }
+  } else {
+    // deep once the routed entries average 16 pairs or more (the shared expert follows the same
+    // choice); a speed choice only: both modes give the same bits
+    const bool deep = kern == MoeKernel::Deep || (kern == MoeKernel::Auto && int64_t(MK) >= int64_t(16) * w.E);
+    auto up = mma_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), x, ld_x,
+                         F32(pl.h), ld_h, true, w);
+    launch_moe_mma(up, entries, deep, stream);
+    if (sep) {
+      auto sup = mma_params(w.shared_w13, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), I32(pl.pair_row), x,
+                            ld_x, F32(pl.h), ld_h, true, w);
+      launch_moe_mma(sup, 1, deep, stream);
+    }
+    auto down = mma_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, F32(pl.h), ld_h,
+                           F32(pl.y), H, false, w);
+    launch_moe_mma(down, entries, deep, stream);
+    if (sep) {
+      auto sdown = mma_params(w.shared_w2, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), nullptr, F32(pl.h),
+                              ld_h, F32(pl.y), H, false, w);
+      launch_moe_mma(sdown, 1, deep, stream);
+    }
   }
 
   // 6. combine in a fixed order

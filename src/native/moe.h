@@ -39,11 +39,22 @@ struct MoeWorkspace {
   float* logits = nullptr;   // [M][E]
   int32_t* ids = nullptr;    // [M*K]
   float* weights = nullptr;  // [M*K]
-  float* h = nullptr;        // [M*K + M][I_max] SwiGLU outputs per pair
+  int32_t* pos_of = nullptr; // [M*K] pair of (token t, choice k) at t*K + k; the shared expert's
+                             // pair of token t (when there is one) is M*K + t
+  float* h = nullptr;        // [M*K + M][ld_h] SwiGLU outputs per pair
+  int64_t ld_h = 0;          // floats: max(I, shared width) rounded up to 4
   float* y = nullptr;        // [M*K + M][H] expert outputs per pair
 };
 size_t moe_workspace_bytes(const MoeWeights& w, int M);
 MoeWorkspace moe_workspace(const MoeWeights& w, int M, void* ws);
+
+// The expert kernels (process-wide; tests and benchmarks). Auto: tensor cores (kernels/moe_mma.cuh),
+// wide for decode and deep for prefill; Wide / Deep: that mode at any M (the same bits as Auto);
+// Gemv: the CUDA-core kernel of kernels/moe_mxfp4.cuh (also chosen by M3_MOE_GEMV=1 in the
+// environment when nothing was set).
+enum class MoeKernel : int { Auto = 0, Wide = 1, Deep = 2, Gemv = 3 };
+void moe_set_kernel(MoeKernel k);
+MoeKernel moe_kernel();
 
 // out[t, :] (t < M, ld_out) = FFN(x[t, :]); x fp32 [M][ld_x] (16-byte aligned rows).
 void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,

@@ -203,6 +203,14 @@ std::vector<KernelResult> bench_moe(const KernelBenchOptions& o, cudaStream_t s)
       k.flops = 2.0 * M * (spec.top_k + 1) *
                 (double(Y.w13.codes.rows) * double(Y.w13.codes.cols) + double(Y.w2.codes.rows) * double(Y.w2.codes.cols));
       out.push_back(k);
+      if (M <= 64 && native::moe_kernel() != native::MoeKernel::Gemv) {  // the CUDA-core kernel as a yardstick
+        const native::MoeKernel was = native::moe_kernel();
+        native::moe_set_kernel(native::MoeKernel::Gemv);
+        k.kernel = "moe_mxfp4_gemv";
+        k.us = rotation_us(nx, run, o.warmup, o.reps, s);
+        native::moe_set_kernel(was);
+        out.push_back(k);
+      }
     }
   }
   return out;

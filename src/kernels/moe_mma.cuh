@@ -1,0 +1,453 @@
+// MXFP4 expert projections on tensor cores, grouped by expert, batch-invariant (native/moe.h).
+//   gate/up: h[p, j] = swiglu_oai(sum_k W13[2j, k] x[row(p), k], sum_k W13[2j+1, k] x[row(p), k])
+//   down   : y[p, n] = sum_k W2[n, k] h[p, k]
+// Weights (moe_mxfp4.cuh): codes [slots][N][ld bytes] (E2M1, element 2i in the low nibble of byte i,
+// rows padded to whole 32-element blocks, ld % 16 == 0), scales [slots][N][sld] (E8M0, one per 32
+// inputs). Value of a code: e2m1 * 2^(S - 127). Activations fp32 [rows][ld_x] (16-byte aligned
+// rows, ld_x >= round_up(K, 4)); outputs fp32 [pairs][ld_y].
+// Routing (router.cuh, moe_group_work): entry a = expert slot entry_slot[a] with pairs
+// [entry_begin[a], entry_begin[a+1]); pair p reads activation row pair_row[p] (p when null) and
+// writes output row p. Entries at or past *num_entries do nothing (grids sized for the most).
+//
+// MMA (swap-AB, as kernels/mma_linear.cuh): mma.sync m16n8k16 bf16 x bf16 -> fp32; the 16 MMA rows
+// are 16 weight rows, the 8 MMA columns are 8 pairs (tokens) of one entry. Lane l: g = l / 4 (rows
+// g and g + 8 of a row tile; token g of a token tile), t = l % 4.
+// K layout: blocks of 128 elements. In block b, lane t owns the 32 elements 128b + 32t .. + 31 of
+// its rows = the 16 bytes of chunk c = 4b + t (one 16-byte load per row) = exactly one E8M0 block
+// (one scale byte per row). Word j (0..3) of the chunk holds elements e = 8j .. 8j + 7 (nibble i =
+// element 8j + i). MMA step s (0..7) of the block uses word j = s / 2, q = 2 (s % 2):
+//   logical columns {2t, 2t+1} = elements {8j+q, 8j+q+4},  {2t+8, 2t+9} = {8j+q+1, 8j+q+5}
+//   a0 = row g  {q, q+4}, a1 = row g+8 {q, q+4}, a2 = row g {q+1, q+5}, a3 = row g+8 {q+1, q+5}
+//   b0 = token g {q, q+4},  b1 = token g {q+1, q+5}          (element offsets inside word j)
+// (over s and the four nibble pairs, every element of the lane's 32 is used once). Elements at or
+// past K read as zero activations (the weights there are finite codes, so the products are 0).
+// Operands in bf16, exactly:
+//   - E2M1 code c = s e1 e0 m: (c * (2^6 + 2^12)) & 0x81c0 puts e1 e0 m at bf16 bits 8..6 and s at
+//     bit 15 (two codes per 32-bit word at once, nibbles q and q + 4 of a word), the bf16 of
+//     e2m1 * 2^-126 (code 0.5 a bf16 subnormal); one bf16x2 multiply by 2^(S - 1) gives
+//     e2m1 * 2^(S - 127) exactly: the multiplier is a normal bf16 for S <= 128 and the product
+//     has at most 2 significant bits and is >= 2^-128 (S >= 0): exact for every S in [0, 128],
+//     i.e. block scales <= 2 (|w| <= 12). The quantizer (model/quantize.cpp) picks S = the
+//     block's amax exponent - 2 + 127, so S > 128 needs |w| >= 8 in a block; expert weights sit
+//     near 2^-7 (S ~ 120). A scale S > 128 is NOT silently wrong: the multiplier becomes +inf and
+//     the outputs that use the block become inf/NaN.
+//   - fp32 activations: x = hi + lo, hi = bf16_rn(x), lo = bf16_rn(x - hi), |x - hi - lo| <=
+//     2^-18 |x|; both multiplied (hi MMA, then lo MMA, per step).
+// Summation order (the invariance contract), B = ceil(K / 128) blocks, P = moe_mma_chains(N, K,
+// SMs) chains (a function of N, K and the device's SM count ONLY):
+//   chain j covers blocks [j*B/P, (j+1)*B/P);
+//   block sum = the block's 8 steps (hi MMA then lo MMA each) accumulated from +0 in the MMA;
+//   chain sum = +0 + block sum + block sum + ... in block order (fp32 adds);
+//   row total = chain 0 + chain 1 + ... + chain P-1 (left to right, fp32 adds); then SwiGLU.
+// Each MMA output element depends only on its own row of A and column of B, so a pair's result
+// depends on its activations, the expert's weights and (N, K, SMs): never on the number of pairs
+// of its entry, on M, on its column or token tile, on the tiling (RT, NT) or on the mode. No
+// atomics, no cross-CTA sums.
+// Two ways to walk the same chains:
+//   wide (decode): CTA = (row tile of 16*RT rows, entry), P warps = the P chains in parallel, the
+//     entry's pairs in token tiles of 8*NT one after another; chain sums meet in shared memory.
+//   deep (prefill): one warp = one tile (row tile, 8*NT pairs of one entry), all chains one after
+//     another (running total in per-warp shared memory); warps walk the tile list persistently:
+//     tile i -> entry a (in entry order), then row tile (slow) and token tile (fast), so the warps
+//     running together share weight rows through L2.
+#pragma once
+#include <cstdint>
+
+#include "kernels/mma_linear.cuh"
+#include "kernels/swiglu.cuh"
+#include "kernels/weight_stream.cuh"
+
+namespace m3::kernels {
+
+constexpr int kMoeKBlock = 128;      // K elements per block (4 lanes x one 32-element MX block)
+constexpr int kMoeMaxChains = 16;    // warps per CTA in the wide mode
+constexpr int kMoeDeepWarps = 4;     // warps per CTA in the deep mode
+
+struct MoeMmaParams {
+  const uint8_t* codes = nullptr;   // [slots][N][ld]
+  const uint8_t* scales = nullptr;  // [slots][N][sld]
+  int64_t ld = 0, sld = 0;          // bytes per row
+  int64_t slot_codes = 0, slot_scales = 0;  // bytes per slot
+  int N = 0, K = 0;
+  int chains = 1;                   // P (moe_mma_chains)
+  const int32_t* entry_slot = nullptr;   // [entries]
+  const int32_t* entry_begin = nullptr;  // [entries + 1]
+  const int32_t* num_entries = nullptr;  // device scalar
+  const int32_t* pair_row = nullptr;     // [pairs] or null (row = pair)
+  const float* x = nullptr;              // fp32 activations
+  int64_t ld_x = 0;
+  float* y = nullptr;                    // [pairs][ld_y]
+  int64_t ld_y = 0;
+  int swiglu = 0;                        // 1: gate/up rows -> y[p, n/2]
+  float alpha = 1.702f, limit = 7.0f;
+};
+
+// P: enough warps to stream the experts of a batch-1 step (4 entries assumed: top-k of the smallest
+// models we run is >= 4) at about 16 warps per SM over the ceil(N/16) row tiles; at most
+// kMoeMaxChains, at most one chain per block. Depends on N, K, SMs only.
+__host__ __device__ inline int moe_mma_chains(int N, int K, int sms) {
+  const int tiles = (N + 15) / 16, blocks = (K + kMoeKBlock - 1) / kMoeKBlock;
+  int p = (sms * 16 + 4 * tiles - 1) / (4 * tiles);
+  p = p < kMoeMaxChains ? p : kMoeMaxChains;
+  p = p < blocks ? p : blocks;
+  return p < 1 ? 1 : p;
+}
+
+namespace moe_mma {
+
+// One row tile's run of one block for this lane: chunk c of rows g (h = 0) and g + 8 (h = 1), and
+// the rows' bf16x2 multipliers {2^(S-1), 2^(S-1)}.
+struct WBlk {
+  uint4 v[2];
+  uint32_t m[2];
+};
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+// bf16x2 {2^(S-1), 2^(S-1)}; S > 128 gives +inf (see the header).
+__device__ __forceinline__ uint32_t scale_mult(uint32_t s) {
+  const uint32_t e = min(s + 126u, 255u) << 7;
+  return e | (e << 16);
+}
+
+// nibbles q and q + 4 of w -> bf16x2 {value(q), value(q + 4)} times 2^(S-127) (m from scale_mult)
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t w, int q, uint32_t m) {
+  const uint32_t c = (w >> (4 * q)) & 0x000f000fu;
+  return mma::bf16x2_mul((c * 4160u) & 0x81c081c0u, m);
+}
+
+// The A fragment of step s (see the header).
+__device__ __forceinline__ void frag(const WBlk& r, int s, uint32_t (&a)[4]) {
+  const int j = s >> 1, q = 2 * (s & 1);
+  const uint32_t w0 = word_of(r.v[0], j), w1 = word_of(r.v[1], j);
+  a[0] = e2m1_pair(w0, q, r.m[0]);
+  a[1] = e2m1_pair(w1, q, r.m[1]);
+  a[2] = e2m1_pair(w0, q + 1, r.m[0]);
+  a[3] = e2m1_pair(w1, q + 1, r.m[1]);
+}
+
+// Chunk c of rows crow[h] (scales srow[h]); zero codes where ok[h] is false.
+__device__ __forceinline__ void load_wblk(WBlk& r, const uint8_t* const (&crow)[2], const uint8_t* const (&srow)[2],
+                                          const bool (&ok)[2], int c) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    r.v[h] = ok[h] ? wstream::ld_stream(crow[h] + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
+    r.m[h] = scale_mult(ok[h] ? uint32_t(__ldg(srow[h] + c)) : 127u);
+  }
+}
+
+// Elements k .. k + 7 of a token's row (k = 128b + 32t + 8j, a multiple of 8) as v0 = k .. k+3,
+// v1 = k+4 .. k+7; zero for a padding token and (FULL false) at or past K. The row is readable up
+// to round_up(K, 4) elements.
+template <bool FULL>
+__device__ __forceinline__ void act_word(const float* xr, bool ok, int k, int K, float4& v0, float4& v1) {
+  v0 = make_float4(0.f, 0.f, 0.f, 0.f);
+  v1 = v0;
+  if (ok && (FULL || k < K)) v0 = __ldg(reinterpret_cast<const float4*>(xr + k));
+  if (ok && (FULL || k + 4 < K)) v1 = __ldg(reinterpret_cast<const float4*>(xr + k + 4));
+  if constexpr (!FULL) {
+    if (k + 1 >= K) v0.y = 0.f;
+    if (k + 2 >= K) v0.z = 0.f;
+    if (k + 3 >= K) v0.w = 0.f;
+    if (k + 5 >= K) v1.y = 0.f;
+    if (k + 6 >= K) v1.z = 0.f;
+    if (k + 7 >= K) v1.w = 0.f;
+  }
+}
+
+// B fragments (hi, lo) of step 2j + odd from word j's elements.
+__device__ __forceinline__ void act_frag(const float4& v0, const float4& v1, int odd, uint32_t (&hi)[2],
+                                         uint32_t (&lo)[2]) {
+  if (!odd) {
+    mma::split_hi_lo(v0.x, v1.x, hi[0], lo[0]);
+    mma::split_hi_lo(v0.y, v1.y, hi[1], lo[1]);
+  } else {
+    mma::split_hi_lo(v0.z, v1.z, hi[0], lo[0]);
+    mma::split_hi_lo(v0.w, v1.w, hi[1], lo[1]);
+  }
+}
+
+// One block's 8 steps (hi MMA then lo MMA) from +0 into blk, added to chain. kc = 128b + 32t.
+template <int RT, int NT, bool FULL>
+__device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const float* const (&xr)[NT], const bool (&tok)[NT],
+                                          int kc, int K, float (&chain)[RT][NT][4]) {
+  float blk[RT][NT][4];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) blk[rt][nt][i] = 0.f;
+  if constexpr (NT == 1) {  // decode: the token's whole run first (8 loads in flight), then the steps
+    float4 v0[4], v1[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) act_word<FULL>(xr[0], tok[0], kc + 8 * j, K, v0[j], v1[j]);
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      uint32_t bh[2], bl[2];
+      act_frag(v0[s >> 1], v1[s >> 1], s & 1, bh, bl);
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        uint32_t a[4];
+        frag(wr[rt], s, a);
+        mma::mma_bf16(blk[rt][0], a, bh[0], bh[1]);
+        mma::mma_bf16(blk[rt][0], a, bl[0], bl[1]);
+      }
+    }
+  } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float4 v0[NT], v1[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) act_word<FULL>(xr[nt], tok[nt], kc + 8 * j, K, v0[nt], v1[nt]);
+#pragma unroll
+      for (int odd = 0; odd < 2; ++odd) {
+        uint32_t a[RT][4];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) frag(wr[rt], 2 * j + odd, a[rt]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          uint32_t bh[2], bl[2];
+          act_frag(v0[nt], v1[nt], odd, bh, bl);
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt) {
+            mma::mma_bf16(blk[rt][nt], a[rt], bh[0], bh[1]);
+            mma::mma_bf16(blk[rt][nt], a[rt], bl[0], bl[1]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = __fadd_rn(chain[rt][nt][i], blk[rt][nt][i]);
+}
+
+// Blocks of weights in flight per warp: decode tiles stream several, prefill tiles (many warps,
+// many registers for the token tiles) one.
+template <int RT, int NT>
+constexpr int blocks_in_flight() {
+  return NT > 1 ? 1 : RT == 1 ? 4 : RT == 2 ? 2 : 1;
+}
+
+// One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 of one slot (codes, scales) for the
+// tokens xr[nt] (tok[nt]: a real pair); chain = +0 + block sum + ... (the header's order).
+template <int RT, int NT>
+__device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* codes, const uint8_t* scales, int n0,
+                                          const float* const (&xr)[NT], const bool (&tok)[NT], int blo, int bhi,
+                                          int lane, float (&chain)[RT][NT][4]) {
+  constexpr int U = blocks_in_flight<RT, NT>();
+  const int g = lane >> 2, t = lane & 3;
+  const int nchunks = (p.K + 31) / 32;
+  const uint8_t* crow[RT][2];
+  const uint8_t* srow[RT][2];
+  bool rok[RT][2];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + rt * 16 + g + 8 * h;
+      rok[rt][h] = n < p.N;
+      crow[rt][h] = codes + int64_t(rok[rt][h] ? n : 0) * p.ld;
+      srow[rt][h] = scales + int64_t(rok[rt][h] ? n : 0) * p.sld;
+    }
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = 0.f;
+
+  for (int b = blo; b < bhi; b += U) {
+    WBlk wr[U][RT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = 4 * (b + u) + t;
+      const bool live = b + u < bhi && c < nchunks;
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        const bool ok[2] = {live && rok[rt][0], live && rok[rt][1]};
+        load_wblk(wr[u][rt], crow[rt], srow[rt], ok, c);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (b + u >= bhi) break;  // warp-uniform
+      const int kc = (b + u) * kMoeKBlock + 32 * t;
+      if ((b + u + 1) * kMoeKBlock <= p.K) block_mma<RT, NT, true>(wr[u], xr, tok, kc, p.K, chain);
+      else block_mma<RT, NT, false>(wr[u], xr, tok, kc, p.K, chain);
+    }
+  }
+}
+
+__device__ __forceinline__ int chain_begin(int j, int blocks, int P) { return int(int64_t(j) * blocks / P); }
+
+// Activation rows of the token tile starting at pair t0 of an entry ending at `end`.
+template <int NT>
+__device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int end, int g, const float* (&xr)[NT],
+                                            bool (&tok)[NT]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int pp = t0 + nt * 8 + g;
+    tok[nt] = pp < end;
+    const int row = tok[nt] ? (p.pair_row ? p.pair_row[pp] : pp) : 0;
+    xr[nt] = p.x + int64_t(row) * p.ld_x;
+  }
+}
+
+}  // namespace moe_mma
+
+// ---- wide mode: CTA = (row tile, entry), warp j = chain j (blockDim.x == 32 * p.chains) ----
+template <int RT, int NT>
+constexpr int moe_wide_smem_floats(int chains) {
+  return chains * RT * 8 * NT * 17;
+}
+
+// smem: moe_wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block (every thread of the
+// block must call it with the same tile_n and entry).
+template <int RT, int NT>
+__device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, int tid, float* smem) {
+  if (entry >= *p.num_entries) return;  // block-uniform
+  const int lane = tid & 31, warp = tid >> 5, P = p.chains;
+  const int g = lane >> 2, t = lane & 3;
+  const int slot = p.entry_slot[entry];
+  const int begin = p.entry_begin[entry], end = p.entry_begin[entry + 1];
+  const uint8_t* codes = p.codes + int64_t(slot) * p.slot_codes;
+  const uint8_t* scales = p.scales + int64_t(slot) * p.slot_scales;
+  const int n0 = tile_n * 16 * RT;
+  const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock;
+  for (int t0 = begin; t0 < end; t0 += 8 * NT) {
+    const float* xr[NT];
+    bool tok[NT];
+    moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
+    float chain[RT][NT][4];
+    moe_mma::chain_sum<RT, NT>(p, codes, scales, n0, xr, tok, moe_mma::chain_begin(warp, blocks, P),
+                               moe_mma::chain_begin(warp + 1, blocks, P), lane, chain);
+    // part[warp][rt][col][row 0..15], columns padded to 17
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = g + 8 * (i >> 1), c = nt * 8 + 2 * t + (i & 1);
+          smem[((warp * RT + rt) * 8 * NT + c) * 17 + r] = chain[rt][nt][i];
+        }
+    __syncthreads();
+    auto total = [&](int rt, int c, int r) {
+      float tot = smem[(rt * 8 * NT + c) * 17 + r];
+      for (int w = 1; w < P; ++w) tot = __fadd_rn(tot, smem[((w * RT + rt) * 8 * NT + c) * 17 + r]);
+      return tot;
+    };
+    if (!p.swiglu) {
+      for (int o = tid; o < RT * 16 * 8 * NT; o += blockDim.x) {
+        const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, pp = t0 + c;
+        if (n < p.N && pp < end) p.y[int64_t(pp) * p.ld_y + n] = total(r >> 4, c, r & 15);
+      }
+    } else {
+      for (int o = tid; o < RT * 8 * 8 * NT; o += blockDim.x) {
+        const int j = o % (8 * RT), c = o / (8 * RT), r = 2 * j, n = n0 + r, pp = t0 + c;
+        if (n + 1 < p.N && pp < end) {
+          const float gate = total(r >> 4, c, r & 15), up = total(r >> 4, c, (r & 15) + 1);
+          p.y[int64_t(pp) * p.ld_y + n / 2] = swiglu_oai_f32(gate, up, p.alpha, p.limit);
+        }
+      }
+    }
+    __syncthreads();  // the next token tile reuses smem
+  }
+}
+
+// ---- deep mode: one warp = one tile, chains one after another, persistent over the tile list ----
+template <int RT, int NT>
+constexpr int moe_deep_smem_floats_per_warp() {
+  return RT * NT * 4 * 32;
+}
+
+// Tiles i = warp_id, warp_id + nwarps, ... of the list (entry order; inside an entry row tile
+// major, token tile minor). row_tiles = ceil(N / (16 RT)). wsmem: moe_deep_smem_floats_per_warp
+// floats private to the warp. No block barrier.
+template <int RT, int NT>
+__device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row_tiles, int warp_id, int nwarps,
+                                                  int lane, float* wsmem) {
+  const int num = *p.num_entries;
+  const int P = p.chains, g = lane >> 2, t = lane & 3;
+  const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock;
+  int a = 0, base = 0;  // entry a's first tile is number `base`
+  int begin = 0, end = 0, tok_tiles = 0;
+  if (num > 0) {
+    begin = p.entry_begin[0];
+    end = p.entry_begin[1];
+    tok_tiles = (end - begin + 8 * NT - 1) / (8 * NT);
+  }
+  for (int i = warp_id;; i += nwarps) {
+    while (a < num && i >= base + row_tiles * tok_tiles) {
+      base += row_tiles * tok_tiles;
+      if (++a < num) {
+        begin = end;
+        end = p.entry_begin[a + 1];
+        tok_tiles = (end - begin + 8 * NT - 1) / (8 * NT);
+      }
+    }
+    if (a >= num) return;
+    const int local = i - base, tile_n = local / tok_tiles, tt = local % tok_tiles;
+    const int slot = p.entry_slot[a];
+    const uint8_t* codes = p.codes + int64_t(slot) * p.slot_codes;
+    const uint8_t* scales = p.scales + int64_t(slot) * p.slot_scales;
+    const int n0 = tile_n * 16 * RT, t0 = begin + tt * 8 * NT;
+    const float* xr[NT];
+    bool tok[NT];
+    moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
+    float chain[RT][NT][4];
+    for (int j = 0; j < P; ++j) {
+      moe_mma::chain_sum<RT, NT>(p, codes, scales, n0, xr, tok, moe_mma::chain_begin(j, blocks, P),
+                                 moe_mma::chain_begin(j + 1, blocks, P), lane, chain);
+      if (j + 1 == P) break;  // the last chain's sum is added straight from registers below
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            float& r = wsmem[((rt * NT + nt) * 4 + q) * 32 + lane];
+            r = j == 0 ? chain[rt][nt][q] : __fadd_rn(r, chain[rt][nt][q]);
+          }
+    }
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float last = chain[rt][nt][q];
+          v[q] = P == 1 ? last : __fadd_rn(wsmem[((rt * NT + nt) * 4 + q) * 32 + lane], last);
+        }
+        if (!p.swiglu) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int n = n0 + rt * 16 + g + 8 * (q >> 1), pp = t0 + nt * 8 + 2 * t + (q & 1);
+            if (n < p.N && pp < end) p.y[int64_t(pp) * p.ld_y + n] = v[q];
+          }
+        } else {
+          float up[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) up[q] = __shfl_down_sync(0xffffffffu, v[q], 4);  // row + 1 = lane + 4
+          if ((g & 1) == 0) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int n = n0 + rt * 16 + g + 8 * (q >> 1), pp = t0 + nt * 8 + 2 * t + (q & 1);
+              if (n + 1 < p.N && pp < end)
+                p.y[int64_t(pp) * p.ld_y + n / 2] = swiglu_oai_f32(v[q], up[q], p.alpha, p.limit);
+            }
+          }
+        }
+      }
+  }
+}
+
+}  // namespace m3::kernels
