@@ -3,8 +3,13 @@
 //   down   : y[p, n] = sum_k W2[n, k] h[p, k]
 // Weights (moe_mxfp4.cuh): codes [slots][N][ld bytes] (E2M1, element 2i in the low nibble of byte i,
 // rows padded to whole 32-element blocks, ld % 16 == 0), scales [slots][N][sld] (E8M0, one per 32
-// inputs). Value of a code: e2m1 * 2^(S - 127). Activations fp32 [rows][ld_x] (16-byte aligned
-// rows, ld_x >= round_up(K, 4)); outputs fp32 [pairs][ld_y].
+// inputs). Value of a code: e2m1 * 2^(S - 127). Outputs fp32 [pairs][ld_y].
+// Activations come split (moe_split_work; the gate/up kernel writes its SwiGLU outputs this way too,
+// for the down kernel): x = hi + lo, hi = bf16_rn(x), lo = bf16_rn(x - hi) (x - hi is exact in fp32,
+// |x - hi - lo| <= 2^-18 |x|), stored per group of 8 elements k = 8G .. 8G + 7 as 32 bytes:
+//   uint32 words 0..3 = bf16x2 {hi(8G + i), hi(8G + i + 4)}, i = 0..3; words 4..7 the same for lo;
+// rows of ld_xs uint16 (>= 2 round_up(K, 128), 16-byte aligned). Elements at or past K are masked
+// to zero by the reader, so the writer may leave them unset.
 // Routing (router.cuh, moe_group_work): entry a = expert slot entry_slot[a] with pairs
 // [entry_begin[a], entry_begin[a+1]); pair p reads activation row pair_row[p] (p when null) and
 // writes output row p. Entries at or past *num_entries do nothing (grids sized for the most).
@@ -19,11 +24,13 @@
 //   logical columns {2t, 2t+1} = elements {8j+q, 8j+q+4},  {2t+8, 2t+9} = {8j+q+1, 8j+q+5}
 //   a0 = row g  {q, q+4}, a1 = row g+8 {q, q+4}, a2 = row g {q+1, q+5}, a3 = row g+8 {q+1, q+5}
 //   b0 = token g {q, q+4},  b1 = token g {q+1, q+5}          (element offsets inside word j)
+//   = words q and q + 1 of the token's split group G = (128b + 32t + 8j) / 8 (hi words for the hi
+//   MMA, lo words for the lo MMA): two 16-byte loads per group and token.
 // (over s and the four nibble pairs, every element of the lane's 32 is used once). Elements at or
 // past K read as zero activations (the weights there are finite codes, so the products are 0).
 // Operands in bf16, exactly:
 //   - E2M1 code c = s e1 e0 m: (c * (2^6 + 2^12)) & 0x81c0 puts e1 e0 m at bf16 bits 8..6 and s at
-//     bit 15 (two codes per 32-bit word at once, nibbles q and q + 4 of a word), the bf16 of
+//     bit 15 (two codes per 32-bit word at once, nibbles q and q + 4 of a word; e2m1_pair), the bf16 of
 //     e2m1 * 2^-126 (code 0.5 a bf16 subnormal); one bf16x2 multiply by 2^(S - 1) gives
 //     e2m1 * 2^(S - 127) exactly: the multiplier is a normal bf16 for S <= 128 and the product
 //     has at most 2 significant bits and is >= 2^-128 (S >= 0): exact for every S in [0, 128],
@@ -31,8 +38,7 @@
 //     block's amax exponent - 2 + 127, so S > 128 needs |w| >= 8 in a block; expert weights sit
 //     near 2^-7 (S ~ 120). A scale S > 128 is NOT silently wrong: the multiplier becomes +inf and
 //     the outputs that use the block become inf/NaN.
-//   - fp32 activations: x = hi + lo, hi = bf16_rn(x), lo = bf16_rn(x - hi), |x - hi - lo| <=
-//     2^-18 |x|; both multiplied (hi MMA, then lo MMA, per step).
+//   - fp32 activations: x = hi + lo as above, both multiplied (hi MMA, then lo MMA, per step).
 // Summation order (the invariance contract), B = ceil(K / 128) blocks, P = moe_mma_chains(N, K,
 // SMs) chains (a function of N, K and the device's SM count ONLY):
 //   chain j covers blocks [j*B/P, (j+1)*B/P);
@@ -74,10 +80,12 @@ struct MoeMmaParams {
   const int32_t* entry_begin = nullptr;  // [entries + 1]
   const int32_t* num_entries = nullptr;  // device scalar
   const int32_t* pair_row = nullptr;     // [pairs] or null (row = pair)
-  const float* x = nullptr;              // fp32 activations
-  int64_t ld_x = 0;
+  const uint16_t* xs = nullptr;          // split activations [rows][ld_xs]
+  int64_t ld_xs = 0;                     // uint16 per row
   float* y = nullptr;                    // [pairs][ld_y]
   int64_t ld_y = 0;
+  uint16_t* ys = nullptr;                // optional: the outputs split too [pairs][ld_ys] (columns < N/2
+  int64_t ld_ys = 0;                     // or N written; the rest left unset)
   int swiglu = 0;                        // 1: gate/up rows -> y[p, n/2]
   float alpha = 1.702f, limit = 7.0f;
 };
@@ -112,20 +120,25 @@ __device__ __forceinline__ uint32_t scale_mult(uint32_t s) {
   return e | (e << 16);
 }
 
-// nibbles q and q + 4 of w -> bf16x2 {value(q), value(q + 4)} times 2^(S-127) (m from scale_mult)
-__device__ __forceinline__ uint32_t e2m1_pair(uint32_t w, int q, uint32_t m) {
-  const uint32_t c = (w >> (4 * q)) & 0x000f000fu;
-  return mma::bf16x2_mul((c * 4160u) & 0x81c081c0u, m);
+// Nibbles q' and q' + 4 (q' = 0 or 1) of w -> bf16x2 {value(q'), value(q' + 4)} times 2^(S-127)
+// (m from scale_mult): mask the two codes in place, one integer multiply by 2^(6-4q') + 2^(12-4q')
+// puts e1 e0 m at bits 8..6 and the sign at bit 15 of each half (no carry across halves: the low
+// half's product is < 2^16), mask, multiply by m. Nibbles 2 and 3 (and 6, 7) go through w >> 8.
+template <int Q>
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t w, uint32_t m) {
+  static_assert(Q == 0 || Q == 1, "nibble 0 or 1 of a (shifted) word");
+  const uint32_t c = w & (0x000f000fu << (4 * Q));
+  return mma::bf16x2_mul((c * (Q == 0 ? 4160u : 260u)) & 0x81c081c0u, m);
 }
 
-// The A fragment of step s (see the header).
+// The A fragment of step s (see the header): word j = s / 2, nibble pairs q = 2 (s % 2) and q + 1.
 __device__ __forceinline__ void frag(const WBlk& r, int s, uint32_t (&a)[4]) {
-  const int j = s >> 1, q = 2 * (s & 1);
-  const uint32_t w0 = word_of(r.v[0], j), w1 = word_of(r.v[1], j);
-  a[0] = e2m1_pair(w0, q, r.m[0]);
-  a[1] = e2m1_pair(w1, q, r.m[1]);
-  a[2] = e2m1_pair(w0, q + 1, r.m[0]);
-  a[3] = e2m1_pair(w1, q + 1, r.m[1]);
+  const int j = s >> 1;
+  const uint32_t w0 = word_of(r.v[0], j) >> (8 * (s & 1)), w1 = word_of(r.v[1], j) >> (8 * (s & 1));
+  a[0] = e2m1_pair<0>(w0, r.m[0]);
+  a[1] = e2m1_pair<0>(w1, r.m[1]);
+  a[2] = e2m1_pair<1>(w0, r.m[0]);
+  a[3] = e2m1_pair<1>(w1, r.m[1]);
 }
 
 // Chunk c of rows crow[h] (scales srow[h]); zero codes where ok[h] is false.
@@ -138,40 +151,72 @@ __device__ __forceinline__ void load_wblk(WBlk& r, const uint8_t* const (&crow)[
   }
 }
 
-// Elements k .. k + 7 of a token's row (k = 128b + 32t + 8j, a multiple of 8) as v0 = k .. k+3,
-// v1 = k+4 .. k+7; zero for a padding token and (FULL false) at or past K. The row is readable up
-// to round_up(K, 4) elements.
+// Split group k / 8 of a token's row (k = 128b + 32t + 8j): hi and lo words {e_i, e_i+4}, i = 0..3
+// (see the header); zero for a padding token and (FULL false) elements at or past K.
 template <bool FULL>
-__device__ __forceinline__ void act_word(const float* xr, bool ok, int k, int K, float4& v0, float4& v1) {
-  v0 = make_float4(0.f, 0.f, 0.f, 0.f);
-  v1 = v0;
-  if (ok && (FULL || k < K)) v0 = __ldg(reinterpret_cast<const float4*>(xr + k));
-  if (ok && (FULL || k + 4 < K)) v1 = __ldg(reinterpret_cast<const float4*>(xr + k + 4));
+__device__ __forceinline__ void act_group(const uint16_t* xr, bool ok, int k, int K, uint4& hi, uint4& lo) {
+  hi = make_uint4(0, 0, 0, 0);
+  lo = hi;
+  if (ok && (FULL || k < K)) {
+    const uint4* q = reinterpret_cast<const uint4*>(xr + 2 * int64_t(k));
+    hi = __ldg(q);
+    lo = __ldg(q + 1);
+  }
   if constexpr (!FULL) {
-    if (k + 1 >= K) v0.y = 0.f;
-    if (k + 2 >= K) v0.z = 0.f;
-    if (k + 3 >= K) v0.w = 0.f;
-    if (k + 5 >= K) v1.y = 0.f;
-    if (k + 6 >= K) v1.z = 0.f;
-    if (k + 7 >= K) v1.w = 0.f;
+    // word i: low half element k + i, high half k + i + 4
+    auto mask = [&](int i) {
+      return (k + i < K ? 0x0000ffffu : 0u) | (k + i + 4 < K ? 0xffff0000u : 0u);
+    };
+    const uint32_t m0 = mask(0), m1 = mask(1), m2 = mask(2), m3 = mask(3);
+    hi.x &= m0; hi.y &= m1; hi.z &= m2; hi.w &= m3;
+    lo.x &= m0; lo.y &= m1; lo.z &= m2; lo.w &= m3;
   }
 }
 
-// B fragments (hi, lo) of step 2j + odd from word j's elements.
-__device__ __forceinline__ void act_frag(const float4& v0, const float4& v1, int odd, uint32_t (&hi)[2],
-                                         uint32_t (&lo)[2]) {
-  if (!odd) {
-    mma::split_hi_lo(v0.x, v1.x, hi[0], lo[0]);
-    mma::split_hi_lo(v0.y, v1.y, hi[1], lo[1]);
+// B fragments (hi, lo) of step 2j + odd from word j's group: words 2 odd and 2 odd + 1.
+__device__ __forceinline__ void act_frag(const uint4& hi, const uint4& lo, int odd, uint32_t (&bh)[2],
+                                         uint32_t (&bl)[2]) {
+  bh[0] = odd ? hi.z : hi.x;
+  bh[1] = odd ? hi.w : hi.y;
+  bl[0] = odd ? lo.z : lo.x;
+  bl[1] = odd ? lo.w : lo.y;
+}
+
+// The split group of fp32 elements x[8G .. 8G + 7] (k = 8G; row readable up to round_up(K, 4)
+// elements): zero at or past K.
+__device__ __forceinline__ void split_group(const float* xr, int k, int K, uint4& hi, uint4& lo) {
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = 0.f;
+  if (k + 8 <= K) {
+    const float4 a = *reinterpret_cast<const float4*>(xr + k), b = *reinterpret_cast<const float4*>(xr + k + 4);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
   } else {
-    mma::split_hi_lo(v0.z, v1.z, hi[0], lo[0]);
-    mma::split_hi_lo(v0.w, v1.w, hi[1], lo[1]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (k + i < K) v[i] = xr[k + i];
   }
+  mma::split_hi_lo(v[0], v[4], hi.x, lo.x);
+  mma::split_hi_lo(v[1], v[5], hi.y, lo.y);
+  mma::split_hi_lo(v[2], v[6], hi.z, lo.z);
+  mma::split_hi_lo(v[3], v[7], hi.w, lo.w);
+}
+
+// One output value v of element j of a split row (the writer side of the layout).
+__device__ __forceinline__ void store_split(uint16_t* row, int j, float v) {
+  const uint32_t h = mma::pack_bf16x2(v, 0.f) & 0xffffu;
+  const float r = __fsub_rn(v, __uint_as_float(h << 16));
+  const uint32_t l = mma::pack_bf16x2(r, 0.f) & 0xffffu;
+  const int i = j & 7;
+  uint16_t* g = row + 16 * int64_t(j >> 3) + 2 * (i & 3) + (i >> 2);
+  g[0] = uint16_t(h);
+  g[8] = uint16_t(l);
 }
 
 // One block's 8 steps (hi MMA then lo MMA) from +0 into blk, added to chain. kc = 128b + 32t.
 template <int RT, int NT, bool FULL>
-__device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const float* const (&xr)[NT], const bool (&tok)[NT],
+__device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* const (&xr)[NT], const bool (&tok)[NT],
                                           int kc, int K, float (&chain)[RT][NT][4]) {
   float blk[RT][NT][4];
 #pragma unroll
@@ -181,9 +226,9 @@ __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const float* con
 #pragma unroll
       for (int i = 0; i < 4; ++i) blk[rt][nt][i] = 0.f;
   if constexpr (NT == 1) {  // decode: the token's whole run first (8 loads in flight), then the steps
-    float4 v0[4], v1[4];
+    uint4 v0[4], v1[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) act_word<FULL>(xr[0], tok[0], kc + 8 * j, K, v0[j], v1[j]);
+    for (int j = 0; j < 4; ++j) act_group<FULL>(xr[0], tok[0], kc + 8 * j, K, v0[j], v1[j]);
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
       uint32_t bh[2], bl[2];
@@ -197,11 +242,11 @@ __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const float* con
       }
     }
   } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
-#pragma unroll
+#pragma unroll 2
     for (int j = 0; j < 4; ++j) {
-      float4 v0[NT], v1[NT];
+      uint4 v0[NT], v1[NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) act_word<FULL>(xr[nt], tok[nt], kc + 8 * j, K, v0[nt], v1[nt]);
+      for (int nt = 0; nt < NT; ++nt) act_group<FULL>(xr[nt], tok[nt], kc + 8 * j, K, v0[nt], v1[nt]);
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
         uint32_t a[RT][4];
@@ -228,18 +273,18 @@ __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const float* con
       for (int i = 0; i < 4; ++i) chain[rt][nt][i] = __fadd_rn(chain[rt][nt][i], blk[rt][nt][i]);
 }
 
-// Blocks of weights in flight per warp: decode tiles stream several, prefill tiles (many warps,
-// many registers for the token tiles) one.
+// Blocks per load group: decode tiles (NT 1) hold two groups (one in flight while the other is
+// multiplied), prefill tiles (many warps, many registers for the token tiles) one block.
 template <int RT, int NT>
 constexpr int blocks_in_flight() {
-  return NT > 1 ? 1 : RT == 1 ? 4 : RT == 2 ? 2 : 1;
+  return NT > 1 ? 1 : RT == 1 ? 2 : 1;
 }
 
 // One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 of one slot (codes, scales) for the
 // tokens xr[nt] (tok[nt]: a real pair); chain = +0 + block sum + ... (the header's order).
 template <int RT, int NT>
 __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* codes, const uint8_t* scales, int n0,
-                                          const float* const (&xr)[NT], const bool (&tok)[NT], int blo, int bhi,
+                                          const uint16_t* const (&xr)[NT], const bool (&tok)[NT], int blo, int bhi,
                                           int lane, float (&chain)[RT][NT][4]) {
   constexpr int U = blocks_in_flight<RT, NT>();
   const int g = lane >> 2, t = lane & 3;
@@ -263,8 +308,8 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
 #pragma unroll
       for (int i = 0; i < 4; ++i) chain[rt][nt][i] = 0.f;
 
-  for (int b = blo; b < bhi; b += U) {
-    WBlk wr[U][RT];
+  // blocks b .. b + U - 1 (those before bhi) into wr
+  auto load_group = [&](WBlk(&wr)[U][RT], int b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = 4 * (b + u) + t;
@@ -275,12 +320,33 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
         load_wblk(wr[u][rt], crow[rt], srow[rt], ok, c);
       }
     }
+  };
+  // their MMAs, in block order
+  auto mma_group = [&](const WBlk(&wr)[U][RT], int b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (b + u >= bhi) break;  // warp-uniform
       const int kc = (b + u) * kMoeKBlock + 32 * t;
       if ((b + u + 1) * kMoeKBlock <= p.K) block_mma<RT, NT, true>(wr[u], xr, tok, kc, p.K, chain);
       else block_mma<RT, NT, false>(wr[u], xr, tok, kc, p.K, chain);
+    }
+  };
+  if constexpr (NT == 1) {
+    // decode: two groups in registers, the next group's loads in flight during this group's MMAs
+    WBlk wa[U][RT], wb[U][RT];
+    load_group(wa, blo);
+    for (int b = blo; b < bhi; b += 2 * U) {
+      if (b + U < bhi) load_group(wb, b + U);
+      mma_group(wa, b);
+      if (b + U >= bhi) break;
+      if (b + 2 * U < bhi) load_group(wa, b + 2 * U);
+      mma_group(wb, b + U);
+    }
+  } else {
+    for (int b = blo; b < bhi; b += U) {
+      WBlk wr[U][RT];
+      load_group(wr, b);
+      mma_group(wr, b);
     }
   }
 }
@@ -289,14 +355,14 @@ __device__ __forceinline__ int chain_begin(int j, int blocks, int P) { return in
 
 // Activation rows of the token tile starting at pair t0 of an entry ending at `end`.
 template <int NT>
-__device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int end, int g, const float* (&xr)[NT],
+__device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int end, int g, const uint16_t* (&xr)[NT],
                                             bool (&tok)[NT]) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int pp = t0 + nt * 8 + g;
     tok[nt] = pp < end;
     const int row = tok[nt] ? (p.pair_row ? p.pair_row[pp] : pp) : 0;
-    xr[nt] = p.x + int64_t(row) * p.ld_x;
+    xr[nt] = p.xs + int64_t(row) * p.ld_xs;
   }
 }
 
@@ -322,7 +388,7 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
   const int n0 = tile_n * 16 * RT;
   const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock;
   for (int t0 = begin; t0 < end; t0 += 8 * NT) {
-    const float* xr[NT];
+    const uint16_t* xr[NT];
     bool tok[NT];
     moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
     float chain[RT][NT][4];
@@ -347,14 +413,20 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
     if (!p.swiglu) {
       for (int o = tid; o < RT * 16 * 8 * NT; o += blockDim.x) {
         const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, pp = t0 + c;
-        if (n < p.N && pp < end) p.y[int64_t(pp) * p.ld_y + n] = total(r >> 4, c, r & 15);
+        if (n < p.N && pp < end) {
+          const float v = total(r >> 4, c, r & 15);
+          p.y[int64_t(pp) * p.ld_y + n] = v;
+          if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, n, v);
+        }
       }
     } else {
       for (int o = tid; o < RT * 8 * 8 * NT; o += blockDim.x) {
         const int j = o % (8 * RT), c = o / (8 * RT), r = 2 * j, n = n0 + r, pp = t0 + c;
         if (n + 1 < p.N && pp < end) {
           const float gate = total(r >> 4, c, r & 15), up = total(r >> 4, c, (r & 15) + 1);
-          p.y[int64_t(pp) * p.ld_y + n / 2] = swiglu_oai_f32(gate, up, p.alpha, p.limit);
+          const float h = swiglu_oai_f32(gate, up, p.alpha, p.limit);
+          p.y[int64_t(pp) * p.ld_y + n / 2] = h;
+          if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, n / 2, h);
         }
       }
     }
@@ -399,7 +471,7 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
     const uint8_t* codes = p.codes + int64_t(slot) * p.slot_codes;
     const uint8_t* scales = p.scales + int64_t(slot) * p.slot_scales;
     const int n0 = tile_n * 16 * RT, t0 = begin + tt * 8 * NT;
-    const float* xr[NT];
+    const uint16_t* xr[NT];
     bool tok[NT];
     moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
     float chain[RT][NT][4];
@@ -431,7 +503,10 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             const int n = n0 + rt * 16 + g + 8 * (q >> 1), pp = t0 + nt * 8 + 2 * t + (q & 1);
-            if (n < p.N && pp < end) p.y[int64_t(pp) * p.ld_y + n] = v[q];
+            if (n < p.N && pp < end) {
+              p.y[int64_t(pp) * p.ld_y + n] = v[q];
+              if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, n, v[q]);
+            }
           }
         } else {
           float up[4];
@@ -441,13 +516,27 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
               const int n = n0 + rt * 16 + g + 8 * (q >> 1), pp = t0 + nt * 8 + 2 * t + (q & 1);
-              if (n + 1 < p.N && pp < end)
-                p.y[int64_t(pp) * p.ld_y + n / 2] = swiglu_oai_f32(v[q], up[q], p.alpha, p.limit);
+              if (n + 1 < p.N && pp < end) {
+                const float h = swiglu_oai_f32(v[q], up[q], p.alpha, p.limit);
+                p.y[int64_t(pp) * p.ld_y + n / 2] = h;
+                if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, n / 2, h);
+              }
             }
           }
         }
       }
   }
+}
+
+// ---- the split of fp32 activations (the header's layout) ----
+// Work item (row, group G): xs[row] group G from x[row][8G .. 8G + 7]; groups up to ld_xs / 16.
+__device__ __forceinline__ void moe_split_work(const float* x, int64_t ld_x, int K, uint16_t* xs, int64_t ld_xs,
+                                               int row, int G) {
+  uint4 hi, lo;
+  moe_mma::split_group(x + int64_t(row) * ld_x, 8 * G, K, hi, lo);
+  uint4* d = reinterpret_cast<uint4*>(xs + int64_t(row) * ld_xs + 16 * int64_t(G));
+  d[0] = hi;
+  d[1] = lo;
 }
 
 }  // namespace m3::kernels

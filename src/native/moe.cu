@@ -28,23 +28,34 @@ __global__ void __launch_bounds__(32 * kMoeWarpsPerBlock) moe_gemv_kernel(kernel
 }
 
 // Tensor-core tilings: wide (decode) 32 rows x 8 pairs per CTA and P warps; deep (prefill) 32 rows
-// x 32 pairs per warp (at most 168 registers: 3 CTAs, 12 warps per SM). Any tiling gives the same bits (moe_mma.cuh); these are speed choices.
+// x 32 pairs per warp (two CTAs of 4 warps per SM: up to 255 registers). Any tiling gives the same bits (moe_mma.cuh); these are speed choices.
 constexpr int kWideRT = 2, kWideNT = 1, kDeepRT = 2, kDeepNT = 4;
+constexpr int kDeepCtasPerSm = 2;  // the deep kernel's launch bounds: its persistent grid is one wave
 
 template <int RT, int NT>
 __global__ void __launch_bounds__(32 * kernels::kMoeMaxChains) moe_wide_kernel(kernels::MoeMmaParams p) {
   extern __shared__ float smem[];
-  kernels::moe_mma_wide_work<RT, NT>(p, int(blockIdx.x), int(blockIdx.y), int(threadIdx.x), smem);
+  // entries in reverse launch order: the last real entry (the shared expert, which has every token
+  // and so the most token tiles) starts first instead of last
+  kernels::moe_mma_wide_work<RT, NT>(p, int(blockIdx.x), int(gridDim.y - 1 - blockIdx.y), int(threadIdx.x), smem);
 }
 
 template <int RT, int NT>
-__global__ void __launch_bounds__(32 * kernels::kMoeDeepWarps, 2) moe_deep_kernel(kernels::MoeMmaParams p, int row_tiles) {
+__global__ void __launch_bounds__(32 * kernels::kMoeDeepWarps, kDeepCtasPerSm) moe_deep_kernel(kernels::MoeMmaParams p, int row_tiles) {
   constexpr int kPerWarp = kernels::moe_deep_smem_floats_per_warp<RT, NT>();
   __shared__ float smem[kernels::kMoeDeepWarps * kPerWarp];
   const int warp = int(threadIdx.x) >> 5;
   kernels::moe_mma_deep_work<RT, NT>(p, row_tiles, int(blockIdx.x) * kernels::kMoeDeepWarps + warp,
                                      int(gridDim.x) * kernels::kMoeDeepWarps, int(threadIdx.x) & 31,
                                      smem + warp * kPerWarp);
+}
+
+constexpr int kSplitThreads = 256;
+// block (c, row): groups [c * 256, c * 256 + 256) of row `row`
+__global__ void __launch_bounds__(kSplitThreads) moe_split_kernel(const float* x, int64_t ld_x, int K, uint16_t* xs,
+                                                                  int64_t ld_xs) {
+  const int G = int(blockIdx.x) * kSplitThreads + int(threadIdx.x);
+  if (G < ld_xs / 16) kernels::moe_split_work(x, ld_x, K, xs, ld_xs, int(blockIdx.y), G);
 }
 
 constexpr int kCombineThreads = 256;
@@ -56,8 +67,10 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(kernels::M
 uint64_t align256(uint64_t v) { return (v + 255) / 256 * 256; }
 
 struct Plan {  // byte offsets inside the workspace
-  uint64_t logits, ids, weights, entry_slot, entry_begin, num, sh_slot, sh_begin, sh_num, pair_row, pos_of, h, y, total;
+  uint64_t logits, ids, weights, entry_slot, entry_begin, num, sh_slot, sh_begin, sh_num, pair_row, pos_of, h, y, xs,
+      hs, total;
   int pairs, imax;
+  int64_t ld_xs, ld_hs;  // uint16 per row of the split activations (kernels/moe_mma.cuh)
 };
 
 Plan plan(const MoeWeights& w, int M) {
@@ -85,6 +98,10 @@ Plan plan(const MoeWeights& w, int M) {
   p.pos_of = take(uint64_t(MK) * 4);
   p.h = take(uint64_t(p.pairs) * uint64_t(p.imax) * 4);
   p.y = take(uint64_t(p.pairs) * uint64_t(w.hidden()) * 4);
+  p.ld_xs = 2 * ((int64_t(w.hidden()) + kernels::kMoeKBlock - 1) / kernels::kMoeKBlock * kernels::kMoeKBlock);
+  p.ld_hs = 2 * ((int64_t(p.imax) + kernels::kMoeKBlock - 1) / kernels::kMoeKBlock * kernels::kMoeKBlock);
+  p.xs = take(uint64_t(M) * uint64_t(p.ld_xs) * 2);
+  p.hs = take(uint64_t(p.pairs) * uint64_t(p.ld_hs) * 2);
   p.total = o;
   return p;
 }
@@ -118,20 +135,6 @@ int device_sms() {
   return sms[dev];
 }
 
-// Resident deep CTAs per SM (the persistent grid is one wave of them).
-int deep_ctas_per_sm() {
-  static int per_sm[64] = {};
-  int dev = 0;
-  M3_CUDA_CHECK(cudaGetDevice(&dev));
-  if (!per_sm[dev]) {
-    int n = 0;
-    M3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, moe_deep_kernel<kDeepRT, kDeepNT>,
-                                                                32 * kernels::kMoeDeepWarps, 0));
-    per_sm[dev] = std::max(n, 1);
-  }
-  return per_sm[dev];
-}
-
 std::atomic<int> g_kernel{-1};  // MoeKernel, -1: not read from the environment yet
 
 MoeKernel current_kernel() {
@@ -161,15 +164,15 @@ void launch_moe_mma(kernels::MoeMmaParams p, int entries, bool deep, cudaStream_
   } else {
     constexpr int RT = kDeepRT, NT = kDeepNT;
     const int row_tiles = (p.N + 16 * RT - 1) / (16 * RT);
-    const unsigned grid = unsigned(device_sms() * deep_ctas_per_sm());
+    const unsigned grid = unsigned(device_sms() * kDeepCtasPerSm);  // one resident wave
     moe_deep_kernel<RT, NT><<<grid, unsigned(32 * kernels::kMoeDeepWarps), 0, s>>>(p, row_tiles);
   }
   M3_LAUNCH_CHECK(s);
 }
 
 kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin, const int32_t* num,
-                                 const int32_t* pair_row, const float* x, int64_t ld_x, float* y, int64_t ld_y,
-                                 bool swiglu, const MoeWeights& w) {
+                                 const int32_t* pair_row, const uint16_t* xs, int64_t ld_xs, float* y, int64_t ld_y,
+                                 uint16_t* ys, int64_t ld_ys, bool swiglu, const MoeWeights& w) {
   kernels::MoeMmaParams p;
   p.codes = e.codes;
   p.scales = e.scales;
@@ -183,10 +186,12 @@ kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, con
   p.entry_begin = begin;
   p.num_entries = num;
   p.pair_row = pair_row;
-  p.x = x;
-  p.ld_x = ld_x;
+  p.xs = xs;
+  p.ld_xs = ld_xs;
   p.y = y;
   p.ld_y = ld_y;
+  p.ys = ys;
+  p.ld_ys = ld_ys;
   p.swiglu = swiglu ? 1 : 0;
   p.alpha = w.alpha;
   p.limit = w.limit;
@@ -298,20 +303,28 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
     // deep once the routed entries average 16 pairs or more (the shared expert follows the same
     // choice); a speed choice only: both modes give the same bits
     const bool deep = kern == MoeKernel::Deep || (kern == MoeKernel::Auto && int64_t(MK) >= int64_t(16) * w.E);
-    auto up = mma_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), x, ld_x,
-                         F32(pl.h), ld_h, true, w);
+    // the activations split once (x = hi + lo, kernels/moe_mma.cuh); the gate/up kernels write
+    // their SwiGLU outputs both as fp32 (h) and split (hs) for the down kernels
+    auto* XS = reinterpret_cast<uint16_t*>(b + pl.xs);
+    auto* HS = reinterpret_cast<uint16_t*>(b + pl.hs);
+    M3_CHECK(M < 65536, "moe_forward: {} tokens in one pass (at most 65535)", M);
+    moe_split_kernel<<<dim3(unsigned((pl.ld_xs / 16 + kSplitThreads - 1) / kSplitThreads), unsigned(M)),
+                       kSplitThreads, 0, stream>>>(x, ld_x, H, XS, pl.ld_xs);
+    M3_LAUNCH_CHECK(stream);
+    auto up = mma_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), XS, pl.ld_xs,
+                         F32(pl.h), ld_h, HS, pl.ld_hs, true, w);
     launch_moe_mma(up, entries, deep, stream);
     if (sep) {
-      auto sup = mma_params(w.shared_w13, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), I32(pl.pair_row), x,
-                            ld_x, F32(pl.h), ld_h, true, w);
+      auto sup = mma_params(w.shared_w13, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), I32(pl.pair_row), XS,
+                            pl.ld_xs, F32(pl.h), ld_h, HS, pl.ld_hs, true, w);
       launch_moe_mma(sup, 1, deep, stream);
     }
-    auto down = mma_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, F32(pl.h), ld_h,
-                           F32(pl.y), H, false, w);
+    auto down = mma_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, HS, pl.ld_hs,
+                           F32(pl.y), H, nullptr, 0, false, w);
     launch_moe_mma(down, entries, deep, stream);
     if (sep) {
-      auto sdown = mma_params(w.shared_w2, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), nullptr, F32(pl.h),
-                              ld_h, F32(pl.y), H, false, w);
+      auto sdown = mma_params(w.shared_w2, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), nullptr, HS, pl.ld_hs,
+                              F32(pl.y), H, nullptr, 0, false, w);
       launch_moe_mma(sdown, 1, deep, stream);
     }
   }

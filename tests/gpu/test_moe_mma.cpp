@@ -13,8 +13,9 @@
 // Weights: random code bytes (all 16 E2M1 values, padding nibbles too: they must be cancelled by
 // the zero activations past K) and random E8M0 scales (up to 128, the kernel's exact range),
 // generated on the device; activations with full fp32 mantissas, so the lo half of the split
-// matters. Outputs and the workspace (which holds h: its columns past I are read by the down
-// projection and must be masked) poisoned with NaN before every run.
+// matters. Outputs and the workspace (which holds the split activations and SwiGLU outputs: their
+// elements past K are read in the last block and must be masked) poisoned with NaN before every
+// run.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
