@@ -54,8 +54,8 @@
 //     entry's pairs in token tiles of 8*NT one after another; chain sums meet in shared memory.
 //   deep (prefill): one warp = one tile (row tile, 8*NT pairs of one entry), all chains one after
 //     another (running total in per-warp shared memory); warps walk the tile list persistently:
-//     tile i -> entry a (in entry order), then row tile (slow) and token tile (fast), so the warps
-//     running together share weight rows through L2.
+//     tile i -> entry a (in entry order), then token tile (slow) and row tile (fast): the warps of
+//     a CTA share activations through L1, the warps running together share weights through L2.
 #pragma once
 #include <cstdint>
 
@@ -440,9 +440,10 @@ constexpr int moe_deep_smem_floats_per_warp() {
   return RT * NT * 4 * 32;
 }
 
-// Tiles i = warp_id, warp_id + nwarps, ... of the list (entry order; inside an entry row tile
-// major, token tile minor). row_tiles = ceil(N / (16 RT)). wsmem: moe_deep_smem_floats_per_warp
-// floats private to the warp. No block barrier.
+// Tiles i = warp_id, warp_id + nwarps, ... of the list (entry order; inside an entry token tile
+// major, row tile minor: the warps of a CTA share their tokens' activations through L1).
+// row_tiles = ceil(N / (16 RT)). wsmem: moe_deep_smem_floats_per_warp floats private to the warp.
+// No block barrier.
 template <int RT, int NT>
 __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row_tiles, int warp_id, int nwarps,
                                                   int lane, float* wsmem) {
@@ -466,7 +467,7 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
       }
     }
     if (a >= num) return;
-    const int local = i - base, tile_n = local / tok_tiles, tt = local % tok_tiles;
+    const int local = i - base, tt = local / row_tiles, tile_n = local % row_tiles;
     const int slot = p.entry_slot[a];
     const uint8_t* codes = p.codes + int64_t(slot) * p.slot_codes;
     const uint8_t* scales = p.scales + int64_t(slot) * p.slot_scales;

@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(32 * kMoeWarpsPerBlock) moe_gemv_kernel(kernel
 }
 
 // Tensor-core tilings: wide (decode) 32 rows x 8 pairs per CTA and P warps; deep (prefill) 32 rows
-// x 32 pairs per warp (two CTAs of 4 warps per SM: up to 255 registers). Any tiling gives the same bits (moe_mma.cuh); these are speed choices.
+// x 32 pairs per warp (two CTAs of 4 warps per SM: up to 255 registers). Any tiling gives the same
+// bits (moe_mma.cuh); these are speed choices.
 constexpr int kWideRT = 2, kWideNT = 1, kDeepRT = 2, kDeepNT = 4;
 constexpr int kDeepCtasPerSm = 2;  // the deep kernel's launch bounds: its persistent grid is one wave
 
@@ -41,7 +42,8 @@ __global__ void __launch_bounds__(32 * kernels::kMoeMaxChains) moe_wide_kernel(k
 }
 
 template <int RT, int NT>
-__global__ void __launch_bounds__(32 * kernels::kMoeDeepWarps, kDeepCtasPerSm) moe_deep_kernel(kernels::MoeMmaParams p, int row_tiles) {
+__global__ void __launch_bounds__(32 * kernels::kMoeDeepWarps, kDeepCtasPerSm)
+    moe_deep_kernel(kernels::MoeMmaParams p, int row_tiles) {
   constexpr int kPerWarp = kernels::moe_deep_smem_floats_per_warp<RT, NT>();
   __shared__ float smem[kernels::kMoeDeepWarps * kPerWarp];
   const int warp = int(threadIdx.x) >> 5;

@@ -309,7 +309,9 @@ void accuracy_case(const Case& c) {
           const double du = std::fabs(gc * sig);
           // gate/up bounds through the slopes (doubled for the curvature) + the fp32 SwiGLU (16 u)
           const double bound = 2 * (dg * c13 * mg + du * c13 * mu) + 16 * kU * std::fabs((uc + 1) * gc) + 1e-30;
-          part_h[size_t(j)].add(hg[j], ref, bound, [&] { return fmt::format("pair {} token {} slot {} j {}", q.pair, q.t, q.slot, j); });
+          part_h[size_t(j)].add(hg[j], ref, bound, [&] {
+            return fmt::format("pair {} token {} slot {} j {}", q.pair, q.t, q.slot, j);
+          });
         }
       });
       pool().parallel_for(H, [&](int64_t b, int64_t e) {
@@ -364,7 +366,8 @@ void expect_rows_equal(const Layer& L, const std::vector<float>& x, const std::v
       ++bad;
       if (first < 0) first = int(i);
     }
-  EXPECT_EQ(bad, 0) << what << " (" << sel.size() << " tokens): " << bad << " rows differ from the full batch, first at "
+  EXPECT_EQ(bad, 0) << what << " (" << sel.size() << " tokens): " << bad
+                    << " rows differ from the full batch, first at "
                     << first << " (token " << (first >= 0 ? sel[size_t(first)] : -1) << ")";
 }
 
@@ -387,7 +390,8 @@ void invariance_case(const Case& c) {
   std::iota(all.begin(), all.end(), 0);
   for (auto k : {native::MoeKernel::Wide, native::MoeKernel::Deep}) {
     native::moe_set_kernel(k);
-    expect_rows_equal(L, x, full.out, full.ld_out, all, k == native::MoeKernel::Wide ? "wide, full batch" : "deep, full batch");
+    expect_rows_equal(L, x, full.out, full.ld_out, all,
+                      k == native::MoeKernel::Wide ? "wide, full batch" : "deep, full batch");
   }
   native::moe_set_kernel(native::MoeKernel::Auto);
   std::vector<int> sizes = {1, 2, 7, 9, 17, 64, 150, 299};
@@ -396,7 +400,9 @@ void invariance_case(const Case& c) {
     std::vector<int> sel = all;
     std::shuffle(sel.begin(), sel.end(), rng);
     sel.resize(size_t(sizes[i]));
-    const auto mode = i % 3 == 0 ? native::MoeKernel::Auto : i % 3 == 1 ? native::MoeKernel::Wide : native::MoeKernel::Deep;
+    const auto mode = i % 3 == 0   ? native::MoeKernel::Auto
+                      : i % 3 == 1 ? native::MoeKernel::Wide
+                                   : native::MoeKernel::Deep;
     native::moe_set_kernel(mode);
     expect_rows_equal(L, x, full.out, full.ld_out, sel,
                       fmt::format("random batch {} ({})", i, mode == native::MoeKernel::Auto ? "auto"
