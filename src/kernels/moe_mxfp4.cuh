@@ -1,5 +1,7 @@
-// MXFP4 expert projections grouped by expert (gate/up + SwiGLU-OAI, or down), and the fixed-order
-// combine of the routed and shared experts' outputs.
+// MXFP4 expert projections grouped by expert (gate/up + SwiGLU-OAI, or down) on CUDA cores, and the
+// fixed-order combine of the routed and shared experts' outputs. The default expert kernels are the
+// tensor-core ones of kernels/moe_mma.cuh; this GEMV stays as the fallback (native::MoeKernel::Gemv,
+// M3_MOE_GEMV=1) and as the benchmark's yardstick.
 //
 // Expert weights: codes [slots][N rows][ld bytes] (E2M1 pairs, element 2i in the low nibble of
 // byte i, rows padded to whole 32-element blocks with zero codes), scales [slots][N][sld] (E8M0,
