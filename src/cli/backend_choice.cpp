@@ -26,6 +26,8 @@ void validate_backend_choice(const BackendChoice& c, const char* command) {
   M3_CHECK(c.threads >= 0, "{}: --threads must be >= 0, got {}", command, c.threads);
   M3_CHECK(c.cache_dtype.empty() || c.cache_dtype == "fp32" || c.cache_dtype == "bf16" || c.cache_dtype == "fp8",
            "{}: --cache-dtype must be fp32, bf16 or fp8, got '{}'", command, c.cache_dtype);
+  M3_CHECK(c.router_dtype == "float32" || c.router_dtype == "bfloat16",
+           "{}: --router-dtype must be float32 or bfloat16, got '{}'", command, c.router_dtype);
 }
 
 namespace {
@@ -42,12 +44,14 @@ bool cuda_usable() {
 #endif
 }
 
-ModelWeights load_prepared_dequantized(const std::string& model_dir, const ModelSpec& spec) {
+ModelWeights load_prepared_dequantized(const std::string& model_dir, const ModelSpec& spec, bool router_bf16) {
   SafetensorsSet files = SafetensorsSet::open(model_dir);
   WeightTable table = build_weight_table(spec, detect_text_prefix(files));
   WeightBinding bind = bind_weights(table, files);
   auto src = make_weight_source(bind);
-  PreparedLayout layout = plan_prepared(spec);
+  PrepareOptions po;
+  po.router_bf16 = router_bf16;
+  PreparedLayout layout = plan_prepared(spec, po);
   std::vector<uint8_t> arena(layout.total_bytes, 0);
   HostArenaSink sink(arena);
   ThreadPool pool(0);
@@ -66,7 +70,9 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
       std::fprintf(stderr, "note: --weights applies to the CPU reference; CUDA always runs the prepared weights\n");
     native::PrepareLoadOptions lo;
     lo.progress = false;
-    std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, {}, lo);
+    PrepareOptions po;
+    po.router_bf16 = c.router_dtype == "bfloat16";
+    std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, po, lo);
     native::CudaBackendOptions o;
     M3_CHECK(c.cache_dtype != "fp32", "{}: --cache-dtype fp32 is for the CPU reference; CUDA caches are fp8 or bf16",
              command);
@@ -79,7 +85,10 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
   M3_CHECK(!cuda, "{}: --device cuda: this build has no CUDA (configure with -DM3_CUDA=ON)", command);
 #endif
   if (c.device == "auto") std::fprintf(stderr, "note: no CUDA device available; using the CPU reference\n");
-  ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec) : load_model_weights(model_dir, spec);
+  if (c.router_dtype != "float32" && c.weights != "prepared")
+    std::fprintf(stderr, "note: --router-dtype applies to the prepared weights (CUDA, or --weights prepared)\n");
+  ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec, c.router_dtype == "bfloat16")
+                                           : load_model_weights(model_dir, spec);
   ref::RefOptions ro(std::max(c.cache_blocks, 1), c.threads);
   ro.cache.kv_dtype = ro.cache.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F32);
   return ref::make_ref_backend(spec, std::move(w), ro);

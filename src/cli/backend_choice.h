@@ -6,6 +6,8 @@
 //                             dequantized back to fp32, i.e. exactly the numbers the GPU uses)
 //   --cache-dtype fp32|bf16|fp8  (the caches: CUDA stores bf16 or fp8 (default); the CPU
 //                             reference stores fp32 and can round it through the same codec)
+//   --router-dtype float32|bfloat16  (the prepared store's router weight; logits, sigmoid and the
+//                             correction bias stay fp32 either way)
 #pragma once
 #include <memory>
 #include <string>
@@ -26,6 +28,7 @@ struct BackendChoice {
   // CUDA: fp8), "fp8" or "bf16" (CUDA: the caches' type; CPU reference: what it writes is rounded
   // through the GPU's codec, ref/cache_codec.h), "fp32" (CPU reference only).
   std::string cache_dtype = "";
+  std::string router_dtype = "float32";  // prepared router weight: float32 or bfloat16
 };
 
 // Throws naming the flag when a value is not one of the choices.
@@ -35,7 +38,7 @@ void validate_backend_choice(const BackendChoice& c, const char* command);
 bool cuda_usable();
 
 // The prepared store of `model_dir` dequantized to fp32 (host only; no GPU needed).
-ModelWeights load_prepared_dequantized(const std::string& model_dir, const ModelSpec& spec);
+ModelWeights load_prepared_dequantized(const std::string& model_dir, const ModelSpec& spec, bool router_bf16 = false);
 
 // Builds the backend the choice names for the checkpoint in model_dir.
 std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::string& model_dir,

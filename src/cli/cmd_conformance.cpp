@@ -17,7 +17,7 @@ namespace m3::cli {
 namespace {
 
 struct ConformanceArgs {
-  std::string model, golden, device = "cpu", weights = "checkpoint", cache_dtype;
+  std::string model, golden, device = "cpu", weights = "checkpoint", cache_dtype, router_dtype = "float32";
   int threads = 0;
   double tol = 1e-3;
 };
@@ -30,8 +30,9 @@ int run_conformance_cmd(const ConformanceArgs& a) {
   ModelSpec spec = load_model_spec(a.model);
   int most = 0;
   for (const auto& g : prompts) most = std::max(most, g.tokens() + g.steps());
-  auto b = make_chosen_backend(BackendChoice{a.device, a.weights, a.threads, most / spec.index_block + 2, 0, a.cache_dtype},
-                               a.model, spec, "conformance");
+  BackendChoice c{a.device, a.weights, a.threads, most / spec.index_block + 2, 0, a.cache_dtype};
+  c.router_dtype = a.router_dtype;
+  auto b = make_chosen_backend(c, a.model, spec, "conformance");
   std::printf("conformance of %s (%s) against %s: %zu prompts\n", a.model.c_str(), b->name().c_str(),
               golden.string().c_str(), prompts.size());
   ref::ConformanceOptions opt;
@@ -58,6 +59,7 @@ RunFn setup_conformance(CLI::App& app) {
   app.add_option("--cache-dtype", a->cache_dtype,
                  "K/V and index-K caches: fp8 or bf16 (CUDA: their type, default fp8; CPU reference: round what it "
                  "stores through the GPU's codec), fp32 (CPU reference only, its default: exact)");
+  app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")->capture_default_str();
   return [a] { return run_conformance_cmd(*a); };
 }
 

@@ -21,7 +21,7 @@ namespace m3::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt_ids, device = "auto", weights = "checkpoint";
+  std::string model, prompt_ids, device = "auto", weights = "checkpoint", router_dtype = "float32";
   int max_tokens = 16, threads = 0;
   float temperature = 0, top_p = 1;
   int top_k = 0;
@@ -53,6 +53,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 // the checkpoint's or the dequantized prepared weights (--weights).
 std::unique_ptr<Backend> make_backend(const GenerateArgs& a, const ModelSpec& spec, int blocks, int positions) {
   BackendChoice c{a.device, a.weights, a.threads, blocks, positions};
+  c.router_dtype = a.router_dtype;
   return make_chosen_backend(c, a.model, spec, "generate");
 }
 
@@ -65,7 +66,9 @@ int run_generate(const GenerateArgs& a) {
 
   auto t0 = std::chrono::steady_clock::now();
   ModelSpec spec = load_model_spec(a.model);
-  validate_backend_choice(BackendChoice{a.device, a.weights, a.threads}, "generate");
+  BackendChoice check{a.device, a.weights, a.threads};
+  check.router_dtype = a.router_dtype;
+  validate_backend_choice(check, "generate");
   for (size_t i = 0; i < prompt.size(); ++i)
     M3_CHECK(prompt[i] < spec.vocab_size, "generate: --prompt-ids entry {} ({}) is outside the vocabulary [0, {})", i,
              prompt[i], spec.vocab_size);
@@ -119,6 +122,7 @@ RunFn setup_generate(CLI::App& app) {
   app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
   app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's FP8/MXFP4 store, dequantized)")
       ->capture_default_str();
+  app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")->capture_default_str();
   app.add_flag("--stop-at-eos", a->stop_at_eos, "stop after the model's eos token");
   return [a] { return run_generate(*a); };
 }

@@ -29,7 +29,7 @@ struct ServeArgs {
   serve::ServerOptions server;
   int cache_blocks = 256;
   int threads = 0;
-  std::string device = "auto", weights = "checkpoint";
+  std::string device = "auto", weights = "checkpoint", router_dtype = "float32";
   int max_num_seqs = 16;
   int max_step_tokens = 512;
   int max_model_len = 0;
@@ -111,6 +111,7 @@ int run_serve(ServeArgs a) {
   a.server.model_name = !a.name.empty() ? a.name : std::filesystem::weakly_canonical(dir).filename().string();
 
   BackendChoice choice{a.device, a.weights, a.threads, a.cache_blocks, a.max_model_len};
+  choice.router_dtype = a.router_dtype;
   validate_backend_choice(choice, "serve");
   std::fprintf(stderr, "m3mono serve: loading %s\n", a.model.c_str());
   ModelSpec spec = load_model_spec(dir);
@@ -162,6 +163,8 @@ M3_COMMAND(
       app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else the CPU reference)")
           ->capture_default_str();
       app.add_option("--weights", a->weights, "CPU reference only: checkpoint (fp32) or prepared (the GPU's numbers)")
+          ->capture_default_str();
+      app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")
           ->capture_default_str();
       app.add_option("--threads", a->threads, "CPU backend threads (0 = all cores)")->capture_default_str();
       app.add_option("--max-num-seqs", a->max_num_seqs, "Largest running batch")->capture_default_str()->check(CLI::PositiveNumber);

@@ -79,3 +79,21 @@ TEST(BackendChoiceCli, CacheDtypeRoundsTheReferenceCaches) {
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.out.find("--cache-dtype"), std::string::npos) << bad.out;
 }
+
+TEST(BackendChoiceCli, RouterDtypeBfloat16) {
+  // --router-dtype bfloat16: the prepared store keeps the router weight in BF16. The checkpoint's
+  // router weight is BF16 already, so the BF16 store is exact: the CPU reference over the
+  // dequantized store must give bitwise the same figures as the float32 store; bad values name
+  // the flag.
+  auto f32 = run("conformance --threads 2 --weights prepared --device cpu --model " + kModel);
+  auto bf16 = run("conformance --threads 2 --weights prepared --device cpu --router-dtype bfloat16 --model " + kModel);
+  EXPECT_EQ(bf16.rc, 1) << bf16.out;  // the prepared weights fail the fp32 bound either way
+  EXPECT_NE(bf16.out.find("(cpu-ref)"), std::string::npos) << bf16.out;
+  EXPECT_EQ(bf16.out, f32.out);
+  auto gen = run("generate --device cpu --weights prepared --router-dtype bfloat16 --threads 2 --model " + kModel +
+                 " --prompt-ids 1,15,92 --max-tokens 4");
+  ASSERT_EQ(gen.rc, 0) << gen.out;
+  auto bad = run("generate --device cpu --router-dtype fp16 --model " + kModel + " --prompt-ids 1 --max-tokens 2");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("--router-dtype"), std::string::npos) << bad.out;
+}
