@@ -1,6 +1,6 @@
 // `m3mono generate --model DIR --prompt-ids 1,2,3 --max-tokens N [--temperature T --top-k K
 // --top-p P] [--seed N] [--threads N] [--device cpu|cuda|auto] [--weights checkpoint|prepared]
-// [--stop-at-eos]`: one sequence, prefill then token-by-token decode through the paged cache;
+// [--stop-at-eos] [--device-sampling]`: one sequence, prefill then token-by-token decode through the paged cache;
 // prints the generated ids and the prefill and decode rates separately.
 #include <fmt/format.h>
 
@@ -27,6 +27,7 @@ struct GenerateArgs {
   int top_k = 0;
   uint64_t seed = 0;
   bool stop_at_eos = false;
+  bool device_sampling = false;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -88,16 +89,27 @@ int run_generate(const GenerateArgs& a) {
   std::iota(table.begin(), table.end(), 0);
   SamplerState st{a.seed, 0};
   std::vector<int32_t> out;
+  // One step and its token: sampled here from the logits, or with --device-sampling by the backend
+  // (SeqStep::sample, no logits copied back) with the same (seed, draw index).
+  auto step = [&](int32_t start, std::vector<int32_t> toks) {
+    SeqStep q{start, std::move(toks), table, false};
+    if (a.device_sampling) {
+      q.sample = SamplingRequest{sp, st};
+      q.want_logits = false;
+    }
+    StepOutput o = backend->step(StepBatch{{std::move(q)}});
+    if (a.device_sampling && !o.tokens.empty() && o.tokens[0] >= 0) {
+      if (sp.temperature != 0) st.draws++;
+      return int32_t(o.tokens[0]);
+    }
+    return int32_t(sample_token(o.row(0), o.vocab, sp, st));
+  };
 
   auto p0 = std::chrono::steady_clock::now();
-  StepOutput o = backend->step(StepBatch{{SeqStep{0, prompt, table, false}}});
-  out.push_back(sample_token(o.row(0), o.vocab, sp, st));
+  out.push_back(step(0, prompt));
   auto p1 = std::chrono::steady_clock::now();
   int pos = int(prompt.size());
-  while (int(out.size()) < a.max_tokens && !(a.stop_at_eos && out.back() == spec.eos_id)) {
-    o = backend->step(StepBatch{{SeqStep{pos++, {out.back()}, table, false}}});
-    out.push_back(sample_token(o.row(0), o.vocab, sp, st));
-  }
+  while (int(out.size()) < a.max_tokens && !(a.stop_at_eos && out.back() == spec.eos_id)) out.push_back(step(pos++, {out.back()}));
   auto p2 = std::chrono::steady_clock::now();
 
   std::printf("%s\n", fmt::format("{}", fmt::join(out, ",")).c_str());
@@ -124,6 +136,8 @@ RunFn setup_generate(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")->capture_default_str();
   app.add_flag("--stop-at-eos", a->stop_at_eos, "stop after the model's eos token");
+  app.add_flag("--device-sampling", a->device_sampling,
+               "sample on the backend (GPU kernel on CUDA); off by default until verified on a GPU");
   return [a] { return run_generate(*a); };
 }
 

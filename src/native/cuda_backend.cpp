@@ -23,7 +23,9 @@
 #include "native/norm.h"
 #include "native/prepared.h"
 #include "native/qk_norm_rope.h"
+#include "native/sampling.h"
 #include "native/step_metadata.h"
+#include "runtime/step_sampling.h"
 
 namespace m3::native {
 
@@ -171,22 +173,38 @@ class CudaBackendImpl final : public CudaBackend {
   StepOutput step(const StepBatch& batch, SelectionTrace* trace) override {
     prepared_bucket_ = 0;  // the step overwrites the metadata prepare_decode uploaded
     std::vector<SeqRows> seqs = validate(batch);
+    validate_sampling_requests(batch);
     ++stats_.steps;
     StepOutput out;
     out.vocab = spec_.vocab_size;
     int rows = 0;
+    sample_jobs_.clear();
+    bool copy_logits = false;  // skipped when every sequence samples here and none wants logits
     for (const SeqStep& s : batch.seqs) {
       out.first_row.push_back(rows);
       const int n = s.all_logits ? int(s.tokens.size()) : 1;
       out.num_rows.push_back(n);
       rows += n;
+      copy_logits = copy_logits || s.want_logits || !s.sample;
+      if (s.sample) {
+        kernels::SampleJob j;
+        j.row = rows - 1;  // global output row until launched (then the row in logits_)
+        j.temperature = s.sample->params.temperature;
+        j.top_k = s.sample->params.top_k;
+        j.top_p = s.sample->params.top_p;
+        j.seed = s.sample->state.seed;
+        j.draw = s.sample->state.draws;
+        sample_jobs_.push_back(j);
+      }
     }
-    out.logits.resize(size_t(rows) * size_t(spec_.vocab_size));
+    if (!sample_jobs_.empty()) prepare_sampling();
+    if (copy_logits) out.logits.resize(size_t(rows) * size_t(spec_.vocab_size));
+    float* host_logits = copy_logits ? out.logits.data() : nullptr;
 
     bool decode = !trace && int(batch.seqs.size()) <= opt_.max_graph_batch;
     for (const SeqStep& s : batch.seqs) decode = decode && s.tokens.size() == 1;
     if (decode) {
-      run_decode(batch, seqs, out.logits.data());
+      run_decode(batch, seqs, host_logits);
     } else {
       PassTrace pt{trace, trace ? score_trace_ : nullptr};
       if (trace) {
@@ -207,8 +225,9 @@ class CudaBackendImpl final : public CudaBackend {
           pt.scores->scores.assign(trace->layers.size(), {});
         }
       }
-      run_chunked(batch, seqs, out.logits.data(), pt);
+      run_chunked(batch, seqs, host_logits, pt);
     }
+    if (!sample_jobs_.empty()) out.tokens = collect_samples(batch);
     // Only now (every launch succeeded) do the new positions count as written.
     for (const SeqRows& s : seqs)
       for (int j = 0; j < s.num_new; ++j) {
@@ -676,17 +695,66 @@ class CudaBackendImpl final : public CudaBackend {
     }
   }
 
-  // lm_head over R rows of src (fp32 [R][H]) into logits rows, then to the host.
-  void lm_head_to_host(const float* src, int R, LinearContext& lin, float* host) {
+  // lm_head over R rows of src (fp32 [R][H]) into logits rows (the step's output rows g0 ..
+  // g0 + R - 1), sampling the requested ones there; then to the host unless host is null.
+  void lm_head_to_host(const float* src, int R, LinearContext& lin, float* host, int g0) {
     const DenseWeight lm = w_->lm_head();
     const int V = spec_.vocab_size;
     for (int r0 = 0; r0 < R; r0 += logits_rows_) {
       const int r = std::min(logits_rows_, R - r0);
       linear_dense(lm, ActIn{src + size_t(r0) * spec_.hidden, DType::F32, spec_.hidden}, r, logits_.get<float>(), V,
                    stream_, &lin, path_);
-      M3_CUDA_CHECK(cudaMemcpyAsync(host + size_t(r0) * V, logits_.get(), size_t(r) * V * 4, cudaMemcpyDeviceToHost,
-                                    stream_));
+      sample_rows(g0 + r0, r);
+      if (host)
+        M3_CUDA_CHECK(cudaMemcpyAsync(host + size_t(r0) * V, logits_.get(), size_t(r) * V * 4, cudaMemcpyDeviceToHost,
+                                      stream_));
     }
+  }
+
+  // ---- sampling on the device (SeqStep::sample; native/sampling.h) ----
+
+  // The sampler (lazily: 32 stochastic rows per sort group) and the token / status buffers.
+  void prepare_sampling() {
+    if (!sampler_) sampler_ = std::make_unique<DeviceSampler>(32, spec_.vocab_size);
+    const size_t need = sample_jobs_.size() * 4;
+    if (sample_tokens_.bytes() < need) {
+      sample_tokens_ = DevBuf(std::max<size_t>(need, 256));
+      sample_status_ = DevBuf(std::max<size_t>(need, 256));
+    }
+  }
+
+  // Launches the jobs whose output row lies in [g0, g0 + r) over logits_ (row g - g0). Jobs are in
+  // output-row order, so they are one contiguous run.
+  void sample_rows(int g0, int r) {
+    size_t b = 0;
+    while (b < sample_jobs_.size() && sample_jobs_[b].row < g0) ++b;
+    size_t e = b;
+    while (e < sample_jobs_.size() && sample_jobs_[e].row < g0 + r) ++e;
+    if (b == e) return;
+    std::vector<kernels::SampleJob> run(sample_jobs_.begin() + ptrdiff_t(b), sample_jobs_.begin() + ptrdiff_t(e));
+    for (auto& j : run) j.row -= g0;
+    sampler_->sample(logits_.get<float>(), spec_.vocab_size, run, sample_tokens_.get<int32_t>() + b,
+                     sample_status_.get<int32_t>() + b, stream_);
+  }
+
+  // After the step's launches: the tokens per sequence (-1 where none was requested); throws for
+  // a row with NaN logits (or all -inf, stochastic), naming the sequence.
+  std::vector<int32_t> collect_samples(const StepBatch& batch) {
+    const size_t J = sample_jobs_.size();
+    std::vector<int32_t> tok(J), st(J);
+    M3_CUDA_CHECK(cudaMemcpyAsync(tok.data(), sample_tokens_.get(), J * 4, cudaMemcpyDeviceToHost, stream_));
+    M3_CUDA_CHECK(cudaMemcpyAsync(st.data(), sample_status_.get(), J * 4, cudaMemcpyDeviceToHost, stream_));
+    M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<int32_t> out(batch.seqs.size(), -1);
+    std::vector<std::string> names;
+    size_t j = 0;
+    for (size_t k = 0; k < batch.seqs.size(); ++k)
+      if (batch.seqs[k].sample) {
+        names.push_back(fmt::format("seqs[{}]", k));
+        out[k] = tok[j++];
+      }
+    check_sample_status(st, names);
+    return out;
   }
 
   // ---- eager passes (prefill, mixed, large or traced batches) ----
@@ -698,7 +766,7 @@ class CudaBackendImpl final : public CudaBackend {
     auto flush = [&] {
       if (pass.ids.empty()) return;
       const int R = int(pass.out_rows.size());
-      run_pass(pass, logits + size_t(out_row) * spec_.vocab_size, tr);
+      run_pass(pass, logits ? logits + size_t(out_row) * spec_.vocab_size : nullptr, tr, out_row);
       out_row += R;
       pass = Pass{};
     };
@@ -725,7 +793,7 @@ class CudaBackendImpl final : public CudaBackend {
     flush();
   }
 
-  void run_pass(const Pass& pass, float* logits, const PassTrace& tr) {
+  void run_pass(const Pass& pass, float* logits, const PassTrace& tr, int out_row0) {
     ++stats_.eager_passes;
     StepMetadata m = build_step_metadata(pass.seqs, spec_.index_block, opt_.num_cache_blocks);
     const int T = m.num_tokens;
@@ -741,7 +809,8 @@ class CudaBackendImpl final : public CudaBackend {
       const int r = std::min(gcap, R - r0);
       gather_rows(a_.get<float>(), spec_.hidden, rows_.get<int32_t>() + r0, r, spec_.hidden, gather_.get<float>(),
                   spec_.hidden, stream_);
-      lm_head_to_host(gather_.get<float>(), r, *lin_eager_, logits + size_t(r0) * spec_.vocab_size);
+      lm_head_to_host(gather_.get<float>(), r, *lin_eager_, logits ? logits + size_t(r0) * spec_.vocab_size : nullptr,
+                      out_row0 + r0);
     }
     M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -826,8 +895,10 @@ class CudaBackendImpl final : public CudaBackend {
       bucket_launches(B);
       if (graphs) capture(B, g);
     }
-    M3_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.get(), size_t(n) * spec_.vocab_size * 4, cudaMemcpyDeviceToHost,
-                                  stream_));
+    sample_rows(0, n);  // eagerly, after the replay (outside the graph)
+    if (logits)
+      M3_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.get(), size_t(n) * spec_.vocab_size * 4, cudaMemcpyDeviceToHost,
+                                    stream_));
     M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
@@ -887,6 +958,9 @@ class CudaBackendImpl final : public CudaBackend {
   StepObserver* obs_ = nullptr;          // benchmark observer of the launches being enqueued
   int prepared_bucket_ = 0;              // bucket of the last prepare_decode (0: none valid)
   cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
+  std::unique_ptr<DeviceSampler> sampler_;       // created by the first step that samples
+  std::vector<kernels::SampleJob> sample_jobs_;  // this step's, in output-row order
+  DevBuf sample_tokens_, sample_status_;         // int32 per job
 };
 
 }  // namespace

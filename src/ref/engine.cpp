@@ -9,6 +9,7 @@
 #include "ref/kv_cache.h"
 #include "ref/rope.h"
 #include "ref/step_plan.h"
+#include "runtime/step_sampling.h"
 
 namespace m3::ref {
 
@@ -46,10 +47,13 @@ class RefBackendImpl final : public RefBackend {
 
  private:
   StepOutput run(const StepBatch& batch, const Follow* follow, SelectionTrace* trace) {
+    validate_sampling_requests(batch);
     StepPlan plan = plan_step(spec_, cache_, batch);
     for (int t = 0; t < plan.num_tokens; ++t) cache_.mark_written(plan.slot[size_t(t)], plan.pos[size_t(t)]);
     ForwardContext c{spec_, w_, cache_, rope_, pool_, codecs_.exact() ? nullptr : &codecs_, follow};
-    return forward_step(c, plan, trace);
+    StepOutput out = forward_step(c, plan, trace);
+    sample_step_on_host(batch, out);  // exact: sample_token on these logits (SeqStep::sample)
+    return out;
   }
 
 

@@ -5,12 +5,22 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/spec.h"
+#include "runtime/sampler.h"
 
 namespace m3 {
+
+// A token the backend samples from a sequence's last logits row in the step: exactly
+// sample_token(row, vocab, params, state) on a copy of `state` (state.draws = this draw's index;
+// the caller advances its own counter, by one unless greedy). params.seed is not read.
+struct SamplingRequest {
+  SamplingParams params;
+  SamplerState state;
+};
 
 // One sequence's share of a step: append `tokens` at positions start_pos .. start_pos+n-1.
 // Prefill (n > 1, possibly a chunk), decode (n == 1) and mixed batches are all this one shape.
@@ -19,6 +29,10 @@ struct SeqStep {
   std::vector<int32_t> tokens;        // new token ids, n >= 1
   std::vector<int32_t> block_table;   // physical block ids covering positions [0, start_pos + n)
   bool all_logits = false;            // logits for every new token (else only the last)
+  std::optional<SamplingRequest> sample{};  // sample a token on the backend (StepOutput::tokens)
+  // false: the caller does not read this sequence's logits. When no sequence of a step wants them,
+  // a backend may return StepOutput::logits empty (rows and first_row/num_rows stay as usual).
+  bool want_logits = true;
 };
 
 struct StepBatch {
@@ -65,6 +79,9 @@ struct StepOutput {
   std::vector<float> logits;     // rows x vocab, rows in batch order
   std::vector<int> first_row;    // per sequence: its first logits row
   std::vector<int> num_rows;     // per sequence: 1, or n when all_logits
+  // Per sequence: the token sampled for its SeqStep::sample, -1 where none was requested; empty
+  // when no sequence asked (or the backend does not sample: the caller then samples the logits).
+  std::vector<int32_t> tokens;
   const float* row(int seq, int i = 0) const {
     return logits.data() + size_t(first_row[size_t(seq)] + i) * size_t(vocab);
   }

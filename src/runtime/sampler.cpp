@@ -9,21 +9,13 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/counter_rng.h"
 
 namespace m3 {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t splitmix64(uint64_t x) { return rng::splitmix64(x); }
 
-double uniform_draw(uint64_t seed, uint64_t index) {
-  // two rounds so that nearby (seed, index) pairs give unrelated streams
-  uint64_t r = splitmix64(splitmix64(seed) ^ splitmix64(index ^ 0x5851f42d4c957f2dull));
-  return double(r >> 11) * 0x1.0p-53;  // [0, 1)
-}
+double uniform_draw(uint64_t seed, uint64_t index) { return rng::uniform_draw(seed, index); }
 
 void validate_sampling(const SamplingParams& p) {
   M3_CHECK(std::isfinite(p.temperature) && p.temperature >= 0, "sampling: temperature must be finite and >= 0, got {}",

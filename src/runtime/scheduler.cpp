@@ -140,6 +140,10 @@ StepReport Scheduler::step() {
     st.tokens.assign(s->tokens.begin() + s->num_computed, s->tokens.begin() + s->num_computed + n);
     int nb = blocks_.blocks_for(s->num_computed + n);
     st.block_table.assign(s->blocks.begin(), s->blocks.begin() + nb);
+    if (opt_.device_sampling) {
+      st.want_logits = false;  // the scheduler reads no logits then (unless the backend samples nothing)
+      if (s->num_computed + n == int(s->tokens.size())) st.sample = SamplingRequest{s->req.sampling, s->sampler};
+    }
     batch.seqs.push_back(std::move(st));
     members.push_back(s);
     budget -= n;
@@ -197,9 +201,27 @@ StepReport Scheduler::step() {
     M3_CHECK(out.first_row.size() == batch.seqs.size() && out.num_rows.size() == batch.seqs.size(),
              "scheduler: backend returned rows for {} sequences, the batch has {}", out.first_row.size(),
              batch.seqs.size());
-    for (size_t k = 0; k < batch.seqs.size(); ++k)
-      M3_CHECK(out.num_rows[k] >= 1 && size_t(out.first_row[k] + out.num_rows[k]) * size_t(vocab) <= out.logits.size(),
-               "scheduler: backend logits rows for sequence {} fall outside its output", k);
+    if (opt_.device_sampling) {
+      M3_CHECK(out.tokens.empty() || out.tokens.size() == batch.seqs.size(),
+               "scheduler: backend returned {} sampled tokens, the batch has {} sequences", out.tokens.size(),
+               batch.seqs.size());
+      for (size_t k = 0; k < batch.seqs.size(); ++k) {
+        if (!batch.seqs[k].sample) continue;
+        const bool sampled = !out.tokens.empty() && out.tokens[k] >= 0;
+        if (sampled) {
+          M3_CHECK(out.tokens[k] < vocab, "scheduler: backend sampled token {} for sequence {}, outside [0, {})",
+                   out.tokens[k], k, vocab);
+        } else {  // sampled here: its last logits row must be there
+          M3_CHECK(out.num_rows[k] >= 1 &&
+                       size_t(out.first_row[k] + out.num_rows[k]) * size_t(vocab) <= out.logits.size(),
+                   "scheduler: backend sampled no token for sequence {} and returned no logits row for it", k);
+        }
+      }
+    } else {
+      for (size_t k = 0; k < batch.seqs.size(); ++k)
+        M3_CHECK(out.num_rows[k] >= 1 && size_t(out.first_row[k] + out.num_rows[k]) * size_t(vocab) <= out.logits.size(),
+                 "scheduler: backend logits rows for sequence {} fall outside its output", k);
+    }
   } catch (const std::exception& e) {
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rep.error = e.what();
@@ -215,8 +237,14 @@ StepReport Scheduler::step() {
     Seq* s = members[k];
     s->num_computed += int(batch.seqs[k].tokens.size());
     if (s->num_computed < int(s->tokens.size())) continue;  // a prefill chunk: no token yet
-    const float* row = out.row(int(k), out.num_rows[k] - 1);
-    int32_t tok = sample_token(row, out.vocab, s->req.sampling, s->sampler);
+    int32_t tok = -1;
+    if (opt_.device_sampling && !out.tokens.empty() && out.tokens[k] >= 0) {
+      tok = out.tokens[k];  // sampled by the backend with (seed, draws): advance as sample_token does
+      if (s->req.sampling.temperature != 0) s->sampler.draws++;
+    } else {
+      const float* row = out.row(int(k), out.num_rows[k] - 1);
+      tok = sample_token(row, out.vocab, s->req.sampling, s->sampler);
+    }
     s->tokens.push_back(tok);
     rep.generated++;
     bool is_stop = (!s->req.ignore_eos && sp.eos_id >= 0 && tok == sp.eos_id) ||

@@ -27,6 +27,10 @@ struct SchedulerOptions {
   int max_num_seqs = 16;      // running requests at most (the largest decode batch)
   int max_step_tokens = 512;  // tokens per step: decode tokens + prefill chunks
   int max_model_len = 0;      // prompt + generated tokens; 0 = min(spec.max_positions, cache capacity)
+  // Sample on the backend (SeqStep::sample; the CUDA backend's kernel, the CPU reference's
+  // sample_token) instead of here, and ask for no logits. Same tokens either way; a backend that
+  // returns no token for a request is sampled here from its logits.
+  bool device_sampling = false;
 };
 
 // What one step did (the engine turns it into metrics).
