@@ -17,6 +17,10 @@
 // and replayed after the step's metadata is copied into fixed-address device buffers; with graphs
 // off the same launches run eagerly, so eager and replayed results are bitwise equal.
 //
+// Sampling (SeqStep::sample): native/sampling.h over the device logits rows right after each
+// lm_head (eagerly, after a graph's replay; never captured), tokens back to the host; the logits
+// copy is skipped when every sequence of the step samples and none wants logits.
+//
 // Plain C++ header (no CUDA include), so host code can hold a backend; built only with CUDA.
 #pragma once
 #include <cstdint>

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -283,4 +284,70 @@ TEST(GpuSampling, BackendDeviceSamplingEqualsHostSampling) {
   std::printf("GpuSampling backend: %d sequences x 33 tokens, graph replays %lld, mismatches %d\n", S,
               (long long)st.graph_replays, mismatches);
   EXPECT_GT(st.graph_replays, 0);
+}
+
+// Not a check: what device sampling costs and what it saves at the real vocabulary, printed for
+// docs/perf.md. Per decode step of R rows: the host path copies R x 200064 fp32 logits to pageable
+// host memory (as CudaBackend does) and samples there; the device path runs the sampler and copies
+// R tokens back.
+TEST(GpuSampling, TimingAtRealVocab) {
+  const int V = 200064;
+  std::mt19937 rng(gpu_test_seed() + 77);
+  std::normal_distribution<float> nd;
+  std::vector<float> L(size_t(64) * V);
+  for (auto& x : L) x = nd(rng) * 3.f;
+  DevBuf<float> dl(L.size());
+  dl.upload(L);
+  DevBuf<int32_t> tok(64), st(64);
+  native::DeviceSampler sampler(32, V);
+  cudaStream_t s = nullptr;
+  M3_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  M3_CUDA_CHECK(cudaEventCreate(&e0));
+  M3_CUDA_CHECK(cudaEventCreate(&e1));
+  auto time_ms = [&](auto&& f) {
+    f();  // warm
+    M3_CUDA_CHECK(cudaStreamSynchronize(s));
+    const int reps = 5;
+    M3_CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; ++i) f();
+    M3_CUDA_CHECK(cudaEventRecord(e1, s));
+    M3_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    M3_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return double(ms) / reps;
+  };
+  std::printf("GpuSampling timing (V %d): rows | D2H logits copy ms | host sample ms (1 thread) | device greedy ms | "
+              "device T=1 ms | device T=1 top_k 50 ms\n", V);
+  for (int R : {1, 8, 64}) {
+    std::vector<float> host(size_t(R) * V);
+    const double copy = time_ms([&] {
+      M3_CUDA_CHECK(cudaMemcpyAsync(host.data(), dl.p, host.size() * 4, cudaMemcpyDeviceToHost, s));
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < R; ++r) {
+      SamplerState ss{1, uint64_t(r)};
+      (void)sample_token(&host[size_t(r) * V], V, SamplingParams{1.0f, 0, 1.0f, 1}, ss);
+    }
+    const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    auto jobs_of = [&](float T, int k) {
+      std::vector<kernels::SampleJob> jobs(static_cast<size_t>(R));
+      for (int r = 0; r < R; ++r) {
+        jobs[size_t(r)].row = r;
+        jobs[size_t(r)].temperature = T;
+        jobs[size_t(r)].top_k = k;
+        jobs[size_t(r)].seed = 5;
+        jobs[size_t(r)].draw = uint64_t(r);
+      }
+      return jobs;
+    };
+    auto g = jobs_of(0.f, 0), t1 = jobs_of(1.f, 0), tk = jobs_of(1.f, 50);
+    const double dg = time_ms([&] { sampler.sample(dl.p, V, g, tok.p, st.p, s); });
+    const double dt = time_ms([&] { sampler.sample(dl.p, V, t1, tok.p, st.p, s); });
+    const double dk = time_ms([&] { sampler.sample(dl.p, V, tk, tok.p, st.p, s); });
+    std::printf("GpuSampling timing: %3d | %.3f | %.3f | %.3f | %.3f | %.3f\n", R, copy, host_ms, dg, dt, dk);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(s);
 }
