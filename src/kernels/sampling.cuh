@@ -19,10 +19,11 @@
 // Layouts: logits [*][ld] fp32 (job.row picks the row), V = vocab; jobs [J]; tokens, status [J]
 //   int32 (status: kernels/sampling_job.h). Stochastic scratch for G rows at a time: keys and
 //   sorted [G][V] uint64, nan_first [G] int32 (set to a value >= V before the prep pass).
-//   A candidate key packs the order into one integer: key = (ordered(l) << id_bits) | (2^id_bits
-//   - 1 - id), ordered() the monotone unsigned image of a float with -0.0 mapped to +0.0, so a
-//   descending radix sort of the keys (bits [0, 32 + id_bits)) gives best-first order without
-//   relying on sort stability.
+//   A candidate key packs the order into one integer: key = ((G - 1 - g) << (32 + id_bits)) |
+//   (ordered(l) << id_bits) | (2^id_bits - 1 - id), g the row in the group, ordered() the monotone
+//   unsigned image of a float with -0.0 mapped to +0.0; one device-wide descending radix sort of
+//   the G * V keys then leaves row g's candidates at [g * V, (g + 1) * V) in best-first order,
+//   without relying on sort stability.
 //
 // Work items: greedy and pick are one block (kSampleThreads threads) per job; prep is one thread
 // per (group row, element).
@@ -52,6 +53,7 @@ struct SampleParams {
   const uint64_t* sorted = nullptr; // [G][V] keys sorted descending
   int32_t* nan_first = nullptr;     // [G]
   int id_bits = 0;
+  int group = 0;  // G: rows of this group
 };
 
 __device__ __forceinline__ uint32_t sample_ordered(float f) {
@@ -108,7 +110,8 @@ __device__ __forceinline__ void sample_prep_work(const SampleParams& p, int g, i
   const float x = p.logits[p.jobs[j].row * p.ld + i];
   if (isnan(x)) atomicMin(p.nan_first + g, i);
   const uint64_t mask = (uint64_t(1) << p.id_bits) - 1;
-  p.keys[int64_t(g) * p.vocab + i] = (uint64_t(sample_ordered(x)) << p.id_bits) | (mask - uint64_t(i));
+  p.keys[int64_t(g) * p.vocab + i] = (uint64_t(p.group - 1 - g) << (32 + p.id_bits)) |
+                                     (uint64_t(sample_ordered(x)) << p.id_bits) | (mask - uint64_t(i));
 }
 
 struct SamplePickStorage {

@@ -1,6 +1,7 @@
 // Launchers of the device sampler (kernels/sampling.cuh): greedy jobs in one launch, stochastic
-// jobs in groups of max_rows (prep -> CUB segmented radix sort of the packed keys -> pick).
-#include <cub/device/device_segmented_radix_sort.cuh>
+// jobs in groups of max_rows (prep -> one CUB device-wide radix sort of the group's packed keys ->
+// pick).
+#include <cub/device/device_radix_sort.cuh>
 
 #include <cmath>
 
@@ -29,13 +30,8 @@ __global__ void __launch_bounds__(kSampleThreads) sample_pick_kernel(kernels::Sa
   kernels::sample_pick_work(p, blockIdx.x, threadIdx.x, sm);
 }
 
-__global__ void fill_offsets_kernel(int32_t* off, int n, int vocab) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i <= n) off[i] = i * vocab;
-}
-
-int bits_for(int v) {  // bits to hold ids 0 .. v - 1
-  int b = 1;
+int bits_for(int v) {  // bits to hold 0 .. v - 1
+  int b = 0;
   while ((int64_t(1) << b) < v) ++b;
   return b;
 }
@@ -45,26 +41,23 @@ int bits_for(int v) {  // bits to hold ids 0 .. v - 1
 DeviceSampler::DeviceSampler(int max_rows, int vocab) : max_rows_(max_rows), vocab_(vocab) {
   M3_CHECK(max_rows >= 1 && vocab >= 1 && int64_t(max_rows) * vocab <= INT32_MAX,
            "device sampler: {} rows x vocab {} unsupported (rows >= 1, rows * vocab < 2^31)", max_rows, vocab);
-  id_bits_ = bits_for(vocab);
-  M3_CHECK(id_bits_ <= 31, "device sampler: vocab {} too large", vocab);
+  id_bits_ = std::max(1, bits_for(vocab));
+  M3_CHECK(32 + id_bits_ + bits_for(max_rows) <= 64, "device sampler: vocab {} x {} rows do not fit 64-bit keys", vocab,
+           max_rows);
   const size_t n = size_t(max_rows) * size_t(vocab);
   try {
     M3_CUDA_CHECK(cudaMalloc(&keys_[0], n * 8));
     M3_CUDA_CHECK(cudaMalloc(&keys_[1], n * 8));
-    M3_CUDA_CHECK(cudaMalloc(&offsets_, size_t(max_rows + 1) * 4));
     M3_CUDA_CHECK(cudaMalloc(&nan_first_, size_t(max_rows) * 4));
-    fill_offsets_kernel<<<unsigned((max_rows + 256) / 256), 256>>>(offsets_, max_rows, vocab);
-    M3_CUDA_CHECK(cudaGetLastError());
-    M3_CUDA_CHECK(cudaDeviceSynchronize());
     cub::DoubleBuffer<uint64_t> db(keys_[0], keys_[1]);
-    M3_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(nullptr, cub_bytes_, db, int(n), max_rows,
-                                                                    offsets_, offsets_ + 1, 0, 32 + id_bits_));
+    M3_CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(nullptr, cub_bytes_, db, int(n), 0,
+                                                           32 + id_bits_ + bits_for(max_rows)));
     M3_CUDA_CHECK(cudaMalloc(&cub_tmp_, std::max<size_t>(cub_bytes_, 16)));
   } catch (...) {
     release();
     throw;
   }
-  bytes_ = 2 * n * 8 + size_t(max_rows + 1) * 4 + size_t(max_rows) * 4 + cub_bytes_;
+  bytes_ = 2 * n * 8 + size_t(max_rows) * 4 + cub_bytes_;
 }
 
 DeviceSampler::~DeviceSampler() { release(); }
@@ -72,13 +65,12 @@ DeviceSampler::~DeviceSampler() { release(); }
 void DeviceSampler::release() {
   cudaFree(keys_[0]);
   cudaFree(keys_[1]);
-  cudaFree(offsets_);
   cudaFree(nan_first_);
   cudaFree(cub_tmp_);
   cudaFree(jobs_);
   cudaFree(lists_);
   keys_[0] = keys_[1] = nullptr;
-  offsets_ = nan_first_ = lists_ = nullptr;
+  nan_first_ = lists_ = nullptr;
   cub_tmp_ = nullptr;
   jobs_ = nullptr;
 }
@@ -138,13 +130,14 @@ void DeviceSampler::sample(const float* logits, int64_t ld, std::span<const kern
     const int G = std::min(max_rows_, nst - g0);
     p.list = lists_ + ngreedy + g0;
     p.keys = keys_[0];
+    p.group = G;
     M3_CUDA_CHECK(cudaMemsetAsync(nan_first_, 0x7f, size_t(G) * 4, stream));  // 0x7f7f7f7f >= vocab: none
     sample_prep_kernel<<<dim3(unsigned((vocab_ + 255) / 256), unsigned(G)), 256, 0, stream>>>(p);
     M3_LAUNCH_CHECK(stream);
     cub::DoubleBuffer<uint64_t> db(keys_[0], keys_[1]);
     size_t bytes = cub_bytes_;
-    M3_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(cub_tmp_, bytes, db, G * vocab_, G, offsets_,
-                                                                    offsets_ + 1, 0, 32 + id_bits_, stream));
+    M3_CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(cub_tmp_, bytes, db, G * vocab_, 0,
+                                                           32 + id_bits_ + bits_for(G), stream));
     p.sorted = db.Current();
     sample_pick_kernel<<<unsigned(G), kSampleThreads, 0, stream>>>(p);
     M3_LAUNCH_CHECK(stream);

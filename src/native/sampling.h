@@ -1,7 +1,8 @@
 // Sampling on the device (kernels/sampling.cuh): for J jobs over rows of fp32 logits [*][ld] on the
 // device, one token id (int32) and one status (kernels/sampling_job.h) per job into device
 // buffers. Greedy jobs: one block per job (argmax). Stochastic jobs, in groups of at most
-// max_rows: keys (prep kernel), a CUB segmented radix sort per row, one block per job (pick).
+// max_rows: packed keys (prep kernel), one CUB device-wide radix sort of the group's keys (the row
+// in the top bits keeps rows apart), one block per job (pick).
 //
 // Storage: allocated once by the constructor for (max_rows, vocab): 2 x max_rows x vocab uint64
 // keys plus CUB's temporary storage (32 rows at vocab 200064: 102 MB). sample() uploads the jobs
@@ -43,7 +44,6 @@ class DeviceSampler {
   int max_rows_ = 0, vocab_ = 0, id_bits_ = 0;
   size_t bytes_ = 0;
   uint64_t* keys_[2] = {nullptr, nullptr};
-  int32_t* offsets_ = nullptr;    // [max_rows + 1] = g * vocab
   int32_t* nan_first_ = nullptr;  // [max_rows]
   void* cub_tmp_ = nullptr;
   size_t cub_bytes_ = 0;
