@@ -5,7 +5,9 @@
 // separately, never seen with random draws). Ties, -0.0/+0.0, -inf/+inf entries, all -inf rows
 // and NaN rows (flagged, naming the token) are planted. Outputs poisoned before every launch.
 // Then CudaBackend with device sampling vs host sampling on a tiny synthetic model: the same
-// tokens over 32 decode steps (greedy and seeded), prefill in several passes, logits copy skipped.
+// tokens over 32 decode steps (greedy and seeded), prefill in several passes, logits copy skipped;
+// and the scheduler over CudaBackend with device_sampling off and on: the same tokens. The timing
+// test prints what the logits copy and the sampler cost at vocab 200064.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "native/kv_cache.h"
 #include "native/sampling.h"
 #include "runtime/sampler.h"
+#include "runtime/scheduler.h"
 #include "runtime/step_sampling.h"
 #include "test_cuda_backend_util.h"
 #include "test_gemv_util.h"
@@ -350,4 +353,52 @@ TEST(GpuSampling, TimingAtRealVocab) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaStreamDestroy(s);
+}
+
+// The scheduler (what the engine runs) over CudaBackend, device_sampling off vs on: the same
+// tokens for concurrent greedy and seeded requests with chunked prefill mixed into decode steps.
+// The scheduler is driven directly (single-threaded), so both runs see the same batches.
+TEST(GpuSampling, SchedulerSameTokensWithDeviceSampling) {
+  const uint64_t seed = model_test_seed() + 5;
+  std::printf("GpuSampling scheduler seed %llu\n", (unsigned long long)seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  ModelSpec spec = synthetic_preset("tiny");
+  SyntheticOptions so;
+  so.seed = seed;
+  PreparedModel m = prepare_from_memory(spec, synthetic_weights(spec, so));
+  const int V = spec.vocab_size;
+  std::vector<GenerationRequest> reqs(6);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto& r = reqs[i];
+    for (int k = 0, n = 5 + int(rng() % 50); k < n; ++k) r.prompt.push_back(int32_t(rng() % uint64_t(V)));
+    r.max_tokens = 8 + int(rng() % 8);
+    r.ignore_eos = true;
+    if (i % 2 == 1) r.sampling = SamplingParams{0.9f, i == 3 ? 30 : 0, i == 5 ? 0.8f : 1.0f, rng()};
+  }
+  auto run = [&](bool device) {
+    native::CudaBackendOptions o;
+    o.num_cache_blocks = 48;
+    o.max_graph_batch = 8;
+    Dispatcher d(native::make_cuda_backend(m.pw, o));
+    SchedulerOptions so2{4, 32, 0};
+    so2.device_sampling = device;
+    Scheduler s(d, so2);
+    std::vector<std::vector<int32_t>> out(reqs.size());
+    std::vector<std::string> errs(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i)
+      s.add(i, reqs[i], [&out, &errs, i](const RequestEvent& e) {
+        out[i].insert(out[i].end(), e.new_tokens.begin(), e.new_tokens.end());
+        if (e.finished && e.reason != FinishReason::Length) errs[i] = e.error.empty() ? "not Length" : e.error;
+      });
+    int steps = 0;
+    while (s.has_work() && steps < 1000) s.step(), ++steps;
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(errs[i], "") << "request " << i;
+    return out;
+  };
+  auto host = run(false), dev = run(true);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(int(host[i].size()), reqs[i].max_tokens);
+    EXPECT_EQ(dev[i], host[i]) << "request " << i << " T " << reqs[i].sampling.temperature;
+  }
 }
