@@ -22,13 +22,6 @@ using namespace m3::test;
 
 namespace {
 
-constexpr double kU = 0x1p-24;  // fp32 unit roundoff
-
-ThreadPool& pool() {
-  static ThreadPool p(0);
-  return p;
-}
-
 // max over outputs of sum_k |W[n,k] x[t,k]|: the scale of fp32 accumulation error.
 double abs_dot_max(const Mat& w, const std::vector<float>& x, int M, int64_t ld) {
   std::vector<double> row_max(size_t(w.rows), 0.0);

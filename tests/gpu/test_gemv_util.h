@@ -13,11 +13,20 @@
 #include <vector>
 
 #include "common/compare.h"
+#include "core/parallel.h"
 #include "core/codecs.h"
 #include "native/cuda_check.h"
 #include "test_moe_fill.h"
 
 namespace m3::test {
+
+inline constexpr double kU = 0x1p-24;  // fp32 unit roundoff
+
+// One thread pool (all cores) for the CPU references of the GPU tests.
+inline ThreadPool& pool() {
+  static ThreadPool p(0);
+  return p;
+}
 
 template <class T>
 struct DevBuf {

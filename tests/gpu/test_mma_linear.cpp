@@ -37,13 +37,6 @@ using namespace m3::test;
 
 namespace {
 
-constexpr double kU = 0x1p-24;  // fp32 unit roundoff
-
-ThreadPool& pool() {
-  static ThreadPool p(0);
-  return p;
-}
-
 // A weight on the device as the prepared store lays it out (rows of ld bytes, zero past K), and the
 // values the device multiplies: FP8 code values (the row scale is applied to the sum) or BF16 values.
 struct DevWeight {

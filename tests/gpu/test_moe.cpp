@@ -24,11 +24,6 @@ using namespace m3::test;
 
 namespace {
 
-ThreadPool& pool() {
-  static ThreadPool p(0);
-  return p;
-}
-
 struct ExpertStore {  // device tensors of one projection, all slots
   int slots = 0, rows = 0, cols = 0;
   int64_t ld = 0, sld = 0;

@@ -38,13 +38,6 @@ using namespace m3::test;
 
 namespace {
 
-constexpr double kU = 0x1p-24;  // fp32 unit roundoff
-
-ThreadPool& pool() {
-  static ThreadPool p(0);
-  return p;
-}
-
 struct Experts {  // device tensors of one projection, all slots
   int slots = 0, rows = 0, cols = 0;
   int64_t ld = 0, sld = 0;

@@ -23,11 +23,6 @@ using namespace m3::test;
 
 namespace {
 
-ThreadPool& pool() {
-  static ThreadPool p(0);
-  return p;
-}
-
 std::vector<uint8_t> device_bytes(const native::PreparedWeights& pw) {
   std::vector<uint8_t> b(pw.device_bytes());
   pw.reader()(0, b.size(), b.data());
