@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <set>
@@ -18,54 +19,26 @@
 #include "ref/linear.h"
 #include "ref/moe.h"
 #include "test_gemv_util.h"
+#include "test_moe_util.h"
 
 using namespace m3;
 using namespace m3::test;
 
 namespace {
 
-struct ExpertStore {  // device tensors of one projection, all slots
-  int slots = 0, rows = 0, cols = 0;
-  int64_t ld = 0, sld = 0;
-  DevBuf<uint8_t> codes, scales;
-  native::Mxfp4Experts view() const {
-    native::Mxfp4Experts e;
-    e.codes = codes.p;
-    e.scales = scales.p;
-    e.ld = ld;
-    e.sld = sld;
-    e.slot_codes = int64_t(rows) * ld;
-    e.slot_scales = int64_t(rows) * sld;
-    e.slots = slots;
-    e.rows = rows;
-    e.cols = cols;
-    return e;
-  }
-  void alloc(int s, int r, int c) {
-    slots = s;
-    rows = r;
-    cols = c;
-    ld = mxfp4_row_bytes(c);
-    sld = mxfp4_row_blocks(c);
-    codes = DevBuf<uint8_t>(size_t(s) * r * ld);
-    scales = DevBuf<uint8_t>(size_t(s) * r * sld);
-  }
-  // slot -> fp32 [rows][cols] (device bytes dequantized on the host)
-  Mat dequant(int slot) const {
-    std::vector<uint8_t> c(size_t(rows) * ld), s(size_t(rows) * sld);
-    M3_CUDA_CHECK(cudaMemcpy(c.data(), codes.p + size_t(slot) * rows * ld, c.size(), cudaMemcpyDeviceToHost));
-    M3_CUDA_CHECK(cudaMemcpy(s.data(), scales.p + size_t(slot) * rows * sld, s.size(), cudaMemcpyDeviceToHost));
-    Mat m(rows, cols);
-    pool().parallel_for(rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        dequantize_mxfp4_row(c.data() + r * ld, s.data() + r * sld, cols, m.row(int(r)));
-    });
-    return m;
-  }
-};
+using ExpertStore = DeviceExperts;
+
+// Slot of a projection as a reference matrix.
+Mat dequant_mat(const ExpertStore& e, int slot) {
+  Mat m;
+  m.rows = e.rows;
+  m.cols = e.cols;
+  m.data = e.dequant(slot);
+  return m;
+}
 
 MlpWeights expert_weights(const ExpertStore& w13, const ExpertStore& w2, int slot) {
-  Mat gu = w13.dequant(slot);
+  Mat gu = dequant_mat(w13, slot);
   MlpWeights m;
   const int I = gu.rows / 2;
   m.gate = Mat(I, gu.cols);
@@ -74,7 +47,7 @@ MlpWeights expert_weights(const ExpertStore& w13, const ExpertStore& w2, int slo
     std::memcpy(m.gate.row(j), gu.row(2 * j), size_t(gu.cols) * 4);
     std::memcpy(m.up.row(j), gu.row(2 * j + 1), size_t(gu.cols) * 4);
   }
-  m.down = w2.dequant(slot);
+  m.down = dequant_mat(w2, slot);
   return m;
 }
 

@@ -32,51 +32,18 @@
 #include "model/quantize.h"
 #include "native/moe.h"
 #include "test_gemv_util.h"
+#include "test_moe_util.h"
 
 using namespace m3;
 using namespace m3::test;
 
 namespace {
 
-struct Experts {  // device tensors of one projection, all slots
-  int slots = 0, rows = 0, cols = 0;
-  int64_t ld = 0, sld = 0;
-  DevBuf<uint8_t> codes, scales;
+// One projection's device experts, filled at random on allocation.
+struct Experts : DeviceExperts {
   void alloc(int s, int r, int c, uint64_t seed, int slo, int shi) {
-    slots = s;
-    rows = r;
-    cols = c;
-    ld = mxfp4_row_bytes(c);
-    sld = mxfp4_row_blocks(c);
-    codes = DevBuf<uint8_t>(size_t(s) * r * ld);
-    scales = DevBuf<uint8_t>(size_t(s) * r * sld);
-    fill_random_device(codes.p, codes.n, seed, FillKind::Bytes);
-    fill_random_device(scales.p, scales.n, seed + 1, FillKind::E8M0Range, slo, shi);
-  }
-  native::Mxfp4Experts view() const {
-    native::Mxfp4Experts e;
-    e.codes = codes.p;
-    e.scales = scales.p;
-    e.ld = ld;
-    e.sld = sld;
-    e.slot_codes = int64_t(rows) * ld;
-    e.slot_scales = int64_t(rows) * sld;
-    e.slots = slots;
-    e.rows = rows;
-    e.cols = cols;
-    return e;
-  }
-  // slot -> the values the device multiplies, fp32 [rows][cols] (exact)
-  std::vector<float> dequant(int slot) const {
-    std::vector<uint8_t> c(size_t(rows) * ld), s(size_t(rows) * sld);
-    M3_CUDA_CHECK(cudaMemcpy(c.data(), codes.p + size_t(slot) * rows * ld, c.size(), cudaMemcpyDeviceToHost));
-    M3_CUDA_CHECK(cudaMemcpy(s.data(), scales.p + size_t(slot) * rows * sld, s.size(), cudaMemcpyDeviceToHost));
-    std::vector<float> m(size_t(rows) * cols);
-    pool().parallel_for(rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        dequantize_mxfp4_row(c.data() + r * ld, s.data() + r * sld, cols, m.data() + r * cols);
-    });
-    return m;
+    DeviceExperts::alloc(s, r, c);
+    fill_random(seed, slo, shi);
   }
 };
 
