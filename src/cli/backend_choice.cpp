@@ -31,6 +31,11 @@ void validate_backend_choice(const BackendChoice& c, const char* command) {
 }
 
 namespace {
+// One line on stderr: the router weight's type and bytes in the prepared store actually built.
+void note_router(const PreparedLayout& layout, bool bf16) {
+  std::fprintf(stderr, "note: prepared router weight %s (%llu bytes)\n", bf16 ? "bfloat16" : "float32",
+               (unsigned long long)layout.family_bytes[size_t(PreparedFamily::Router)]);
+}
 DType cache_dtype_of(const std::string& s, DType dflt) {
   return s.empty() ? dflt : s == "fp8" ? DType::F8_E4M3 : s == "bf16" ? DType::BF16 : DType::F32;
 }
@@ -56,6 +61,7 @@ ModelWeights load_prepared_dequantized(const std::string& model_dir, const Model
   HostArenaSink sink(arena);
   ThreadPool pool(0);
   fill_prepared(layout, *src, sink, pool);
+  note_router(layout, router_bf16);
   return dequantize_prepared(layout, host_arena_reader(arena));
 }
 
@@ -73,6 +79,7 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
     PrepareOptions po;
     po.router_bf16 = c.router_dtype == "bfloat16";
     std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, po, lo);
+    note_router(pw->layout(), po.router_bf16);
     native::CudaBackendOptions o;
     M3_CHECK(c.cache_dtype != "fp32", "{}: --cache-dtype fp32 is for the CPU reference; CUDA caches are fp8 or bf16",
              command);

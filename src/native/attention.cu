@@ -33,16 +33,6 @@ void launch_split(const kernels::AttentionParams& p, int64_t blocks, int group, 
   attention_split_kernel<C, D><<<unsigned(blocks), kThreads, size_t(smem), s>>>(p);
 }
 
-int device_sms() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    M3_CUDA_CHECK(cudaGetDevice(&dev));
-    M3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
-  return n;
-}
-
 }  // namespace
 
 int attention_max_tiles(bool sparse, int topk, int block_size, int max_context) {
@@ -81,7 +71,7 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
   const int max_tiles = attention_max_tiles(a.selected != nullptr, a.topk, cache.block_size, meta.max_context);
   const int P = a.tiles_per_chunk > 0 ? a.tiles_per_chunk : kDefaultTilesPerChunk;
   const int C = attention_chunks(max_tiles, P);
-  int S = a.num_splits > 0 ? std::min(a.num_splits, std::max(C, 1)) : attention_splits(T, KV, C, device_sms());
+  int S = a.num_splits > 0 ? std::min(a.num_splits, std::max(C, 1)) : attention_splits(T, KV, C, device_sm_count());
   const int64_t blocks = int64_t(T) * KV * S;
   M3_CHECK(blocks < (int64_t(1) << 31), "attention: {} work items exceed the grid", blocks);
 

@@ -488,6 +488,28 @@ class CudaBackendImpl final : public CudaBackend {
 
   // ---- the forward ----
 
+  // The residual stream x_ (T rows of hidden fp32): with add_f, x_ += f_ (the last sublayer's
+  // output) first; then a_ = RMSNorm(x_) * (1 + w), the next sublayer's input.
+  void residual_norm(const uint16_t* w, int T, bool add_f, cudaStream_t st) {
+    const int H = spec_.hidden;
+    RmsNormArgs n;
+    n.n = H;
+    n.M = T;
+    n.eps = spec_.rms_eps;
+    n.w = w;
+    n.y = a_.get<float>();
+    n.ld_y = H;
+    n.x = (add_f ? f_ : x_).get<float>();
+    n.ld_x = H;
+    if (add_f) {
+      n.residual = x_.get<float>();
+      n.ld_res = H;
+      n.residual_out = x_.get<float>();
+      n.ld_res_out = H;
+    }
+    rms_norm(n, st);
+  }
+
   // Runs every layer and the final norm over T rows of the uploaded metadata; leaves the normed
   // final hidden states in a_. ctx: the context bound launches are sized for.
   void forward_layers(int T, const StepMetadataView& mv, int ctx, LinearContext& lin, const PassTrace* tr,
@@ -511,26 +533,8 @@ class CudaBackendImpl final : public CudaBackend {
     int sparse_k = 0;
     for (int l = 0; l < s.num_layers; ++l) {
       const LayerNormWeights& nw = norms_[size_t(l)];
-      RmsNormArgs n;
-      n.n = H;
-      n.M = T;
-      n.eps = s.rms_eps;
-      n.w = nw.input;
-      n.y = a_.get<float>();
-      n.ld_y = H;
-      if (l == 0) {
-        n.x = x_.get<float>();
-        n.ld_x = H;
-      } else {
-        n.x = f_.get<float>();
-        n.ld_x = H;
-        n.residual = x_.get<float>();
-        n.ld_res = H;
-        n.residual_out = x_.get<float>();
-        n.ld_res_out = H;
-      }
       mark("norms", l);
-      rms_norm(n, st);
+      residual_norm(nw.input, T, /*add_f=*/l > 0, st);
       mark("qkv", l);
       linear_fp8(qkv_[size_t(l)], ActIn{a_.get(), DType::F32, H}, T, proj_.get<float>(), proj_ld_, st, &lin, path_);
 
@@ -581,21 +585,8 @@ class CudaBackendImpl final : public CudaBackend {
       mark("o", l);
       linear_fp8(o_w_[size_t(l)], ActIn{o_.get(), DType::F32, s.q_dim()}, T, f_.get<float>(), H, st, &lin, path_);
 
-      RmsNormArgs p;
-      p.n = H;
-      p.M = T;
-      p.eps = s.rms_eps;
-      p.w = nw.post;
-      p.x = f_.get<float>();
-      p.ld_x = H;
-      p.residual = x_.get<float>();
-      p.ld_res = H;
-      p.residual_out = x_.get<float>();
-      p.ld_res_out = H;
-      p.y = a_.get<float>();
-      p.ld_y = H;
       mark("norms", l);
-      rms_norm(p, st);
+      residual_norm(nw.post, T, /*add_f=*/true, st);
       if (s.moe(l)) {
         mark("moe", l);
         moe_forward(moe_w_[size_t(l)], a_.get<float>(), H, T, f_.get<float>(), H, moe_ws_.get(), moe_ws_.bytes(), st);
@@ -607,21 +598,8 @@ class CudaBackendImpl final : public CudaBackend {
                   s.swiglu_limit, h_.get<float>(), ld_h_, f_.get<float>(), H, st, &lin, path_);
       }
     }
-    RmsNormArgs fin;
-    fin.n = H;
-    fin.M = T;
-    fin.eps = s.rms_eps;
-    fin.w = w_->final_norm();
-    fin.x = f_.get<float>();
-    fin.ld_x = H;
-    fin.residual = x_.get<float>();
-    fin.ld_res = H;
-    fin.residual_out = x_.get<float>();
-    fin.ld_res_out = H;
-    fin.y = a_.get<float>();
-    fin.ld_y = H;
     mark("lm_head", -1);
-    rms_norm(fin, st);
+    residual_norm(w_->final_norm(), T, /*add_f=*/true, st);
   }
 
   // Appends what the live rows' K, V (and index-K) entries of layer l read back as (decoded, times

@@ -1,5 +1,7 @@
 #include "native/cuda_check.h"
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,4 +13,19 @@ bool sync_after_launch() {
   }();
   return on;
 }
+
+namespace native {
+int device_sm_count() {
+  static std::array<std::atomic<int>, 64> cache{};
+  int dev = 0;
+  M3_CUDA_CHECK(cudaGetDevice(&dev));
+  M3_CHECK(dev >= 0 && dev < int(cache.size()), "device {} out of range", dev);
+  int n = cache[size_t(dev)].load(std::memory_order_relaxed);
+  if (n == 0) {
+    M3_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    cache[size_t(dev)].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+}  // namespace native
 }  // namespace m3

@@ -8,7 +8,12 @@
 
 namespace m3 {
 bool sync_after_launch();  // reads M3_SYNC_LAUNCHES once
-}
+namespace native {
+// Multiprocessor count of the current device (read once per device, then cached). Kernel shapes
+// that fix a reduction order (split counts, chains) depend on it and on the problem shape only.
+int device_sm_count();
+}  // namespace native
+}  // namespace m3
 
 #define M3_CUDA_CHECK(expr)                                                                    \
   do {                                                                                         \

@@ -77,15 +77,6 @@ __global__ void __launch_bounds__(kernels::kMmaDeepWarps * 32, 1) mma_deep_kerne
   kernels::mma_linear_deep_work<W, X, RT, NT>(p, tile_n, int(blockIdx.y), int(threadIdx.x) & 31, smem + warp * kPerWarp);
 }
 
-int device_sms() {
-  static int sms[64] = {};
-  int dev = 0;
-  M3_CUDA_CHECK(cudaGetDevice(&dev));
-  M3_CHECK(dev >= 0 && dev < 64, "mma_linear: device {} out of range", dev);
-  if (!sms[dev]) M3_CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev));
-  return sms[dev];
-}
-
 template <WeightFmt W, ActFmt X, int RT, int NT>
 void launch_wide(const MmaLinearParams& p, cudaStream_t s) {
   const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned((p.M + 8 * NT - 1) / (8 * NT)));
@@ -170,7 +161,7 @@ void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N
   }
 }
 
-int mma_chains(int N, int K) { return kernels::mma_linear_chains(N, K, device_sms()); }
+int mma_chains(int N, int K) { return kernels::mma_linear_chains(N, K, device_sm_count()); }
 
 // Picked from a sweep on the H200 (tests/gpu/test_mma_linear.cpp, GpuMmaLinearBench): decode
 // 1 x 1 (one wave of CTAs over all row tiles); 2 x 2 from 9 tokens (weights and activations each
@@ -179,7 +170,7 @@ MmaTiling mma_tiling_for(int N, int K, int M) {
   (void)K;
   if (M <= 8) return {1, 1, false};
   const int64_t deep_tiles = int64_t((N + 63) / 64) * ((M + 31) / 32);
-  if (M > 64 && deep_tiles >= int64_t(4) * device_sms()) return {4, 4, true};
+  if (M > 64 && deep_tiles >= int64_t(4) * device_sm_count()) return {4, 4, true};
   return {2, 2, false};
 }
 

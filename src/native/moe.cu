@@ -128,15 +128,6 @@ void launch_moe_gemv(const kernels::MoeGemvParams& p, int entries, int max_token
   M3_LAUNCH_CHECK(s);
 }
 
-int device_sms() {
-  static int sms[64] = {};
-  int dev = 0;
-  M3_CUDA_CHECK(cudaGetDevice(&dev));
-  M3_CHECK(dev >= 0 && dev < 64, "moe: device {} out of range", dev);
-  if (!sms[dev]) M3_CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev));
-  return sms[dev];
-}
-
 std::atomic<int> g_kernel{-1};  // MoeKernel, -1: not read from the environment yet
 
 MoeKernel current_kernel() {
@@ -154,7 +145,7 @@ MoeKernel current_kernel() {
 // One projection for the entries of a list on tensor cores: wide or deep (same bits either way).
 void launch_moe_mma(kernels::MoeMmaParams p, int entries, bool deep, cudaStream_t s) {
   if (entries == 0) return;
-  p.chains = kernels::moe_mma_chains(p.N, p.K, device_sms());
+  p.chains = kernels::moe_mma_chains(p.N, p.K, device_sm_count());
   if (!deep) {
     constexpr int RT = kWideRT, NT = kWideNT;
     const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned(entries));
@@ -166,7 +157,7 @@ void launch_moe_mma(kernels::MoeMmaParams p, int entries, bool deep, cudaStream_
   } else {
     constexpr int RT = kDeepRT, NT = kDeepNT;
     const int row_tiles = (p.N + 16 * RT - 1) / (16 * RT);
-    const unsigned grid = unsigned(device_sms() * kDeepCtasPerSm);  // one resident wave
+    const unsigned grid = unsigned(device_sm_count() * kDeepCtasPerSm);  // one resident wave
     moe_deep_kernel<RT, NT><<<grid, unsigned(32 * kernels::kMoeDeepWarps), 0, s>>>(p, row_tiles);
   }
   M3_LAUNCH_CHECK(s);

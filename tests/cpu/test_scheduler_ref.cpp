@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 
+#include "common/tiny_reference.h"
 #include "model/synthetic.h"
 #include "ref/engine.h"
 #include "runtime/engine.h"
@@ -17,15 +18,7 @@ using namespace m3;
 
 namespace {
 
-struct Tiny {
-  ModelSpec spec = synthetic_preset("tiny");
-  ModelWeights weights = synthetic_weights(spec);
-  std::unique_ptr<Backend> backend(int blocks) const { return ref::make_ref_backend(spec, weights, {blocks, 2}); }
-};
-const Tiny& tiny() {
-  static Tiny t;
-  return t;
-}
+using test::tiny;
 
 struct Out {
   std::vector<int32_t> tokens;

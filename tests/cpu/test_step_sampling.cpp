@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 
+#include "common/tiny_reference.h"
 #include "common/random.h"
 #include "model/synthetic.h"
 #include "ref/engine.h"
@@ -22,15 +23,7 @@ using namespace m3;
 
 namespace {
 
-struct Tiny {
-  ModelSpec spec = synthetic_preset("tiny");
-  ModelWeights weights = synthetic_weights(spec);
-  std::unique_ptr<Backend> backend(int blocks) const { return ref::make_ref_backend(spec, weights, {blocks, 2}); }
-};
-const Tiny& tiny() {
-  static Tiny t;
-  return t;
-}
+using test::tiny;
 
 SamplingParams random_params(std::mt19937_64& rng, int vocab) {
   SamplingParams p;
