@@ -1,6 +1,6 @@
 // `m3mono generate --model DIR --prompt-ids 1,2,3 --max-tokens N [--temperature T --top-k K
 // --top-p P] [--seed N] [--threads N] [--device cpu|cuda|auto] [--weights checkpoint|prepared]
-// [--stop-at-eos] [--device-sampling]`: one sequence, prefill then token-by-token decode through the paged cache;
+// [--stop-at-eos] [--host-sampling]`: one sequence, prefill then token-by-token decode through the paged cache;
 // prints the generated ids and the prefill and decode rates separately.
 #include <fmt/format.h>
 
@@ -27,7 +27,7 @@ struct GenerateArgs {
   int top_k = 0;
   uint64_t seed = 0;
   bool stop_at_eos = false;
-  bool device_sampling = false;
+  bool device_sampling = true;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -136,8 +136,8 @@ RunFn setup_generate(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")->capture_default_str();
   app.add_flag("--stop-at-eos", a->stop_at_eos, "stop after the model's eos token");
-  app.add_flag("--device-sampling", a->device_sampling,
-               "sample on the backend (GPU kernel on CUDA); off by default until verified on a GPU");
+  app.add_flag("--device-sampling,!--host-sampling", a->device_sampling,
+               "sample on the backend (the GPU kernel on CUDA; default) or copy logits back and sample on the host");
   return [a] { return run_generate(*a); };
 }
 

@@ -34,7 +34,7 @@ struct ServeArgs {
   int max_step_tokens = 512;
   int max_model_len = 0;
   double grace_s = 10;
-  bool device_sampling = false;
+  bool device_sampling = true;
 };
 
 // Signals: SIGTERM/SIGINT are blocked in every thread (the mask is set before any thread exists,
@@ -121,7 +121,7 @@ int run_serve(ServeArgs a) {
   eo.scheduler.max_num_seqs = a.max_num_seqs;
   eo.scheduler.max_step_tokens = a.max_step_tokens;
   eo.scheduler.max_model_len = a.max_model_len;
-  eo.device_sampling = a.device_sampling;
+  eo.scheduler.device_sampling = a.device_sampling;
   Engine engine(std::move(backend), eo);
   serve::Server server(engine, a.server);
   int port = server.bind();
@@ -169,8 +169,8 @@ M3_COMMAND(
       app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")
           ->capture_default_str();
       app.add_option("--threads", a->threads, "CPU backend threads (0 = all cores)")->capture_default_str();
-      app.add_flag("--device-sampling", a->device_sampling,
-                   "sample on the backend (GPU kernel on CUDA); off by default until verified on a GPU");
+      app.add_flag("--device-sampling,!--host-sampling", a->device_sampling,
+                   "sample on the backend (the GPU kernel on CUDA; default) or copy logits back and sample on the host");
       app.add_option("--max-num-seqs", a->max_num_seqs, "Largest running batch")->capture_default_str()->check(CLI::PositiveNumber);
       app.add_option("--max-step-tokens", a->max_step_tokens, "Token budget of one step (chunked prefill)")
           ->capture_default_str()->check(CLI::PositiveNumber);

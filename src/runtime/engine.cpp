@@ -9,11 +9,7 @@ Engine::Engine(std::unique_ptr<Backend> native, EngineOptions opt)
     : dispatcher_(std::move(native)),
       spec_(dispatcher_.native().spec()),
       opt_(opt),
-      sched_(dispatcher_, [&] {
-        SchedulerOptions so = opt.scheduler;
-        so.device_sampling = so.device_sampling || opt.device_sampling;
-        return so;
-      }()),
+      sched_(dispatcher_, opt.scheduler),
       max_model_len_(sched_.max_model_len()) {
   stats_.backend = dispatcher_.native().name();
   stats_.cache_blocks_total = sched_.blocks().num_blocks();

@@ -22,9 +22,6 @@ namespace m3 {
 struct EngineOptions {
   SchedulerOptions scheduler;
   double rate_window_s = 5.0;  // window of the tokens/s gauge
-  // Sample on the backend (sets scheduler.device_sampling; runtime/scheduler.h). Off by default
-  // until the CUDA kernel is verified on a GPU; the same tokens either way.
-  bool device_sampling = false;
 };
 
 class Engine {

@@ -29,8 +29,9 @@ struct SchedulerOptions {
   int max_model_len = 0;      // prompt + generated tokens; 0 = min(spec.max_positions, cache capacity)
   // Sample on the backend (SeqStep::sample; the CUDA backend's kernel, the CPU reference's
   // sample_token) instead of here, and ask for no logits. Same tokens either way; a backend that
-  // returns no token for a request is sampled here from its logits.
-  bool device_sampling = false;
+  // returns no token for a request is sampled here from its logits. On by default (verified on an
+  // H200, 2026-11-30: GpuSampling.*); off copies every logits row back and samples on the host.
+  bool device_sampling = true;
 };
 
 // What one step did (the engine turns it into metrics).

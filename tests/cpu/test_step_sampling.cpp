@@ -214,7 +214,7 @@ std::map<uint64_t, Out> run_engine(const std::vector<GenerationRequest>& reqs, b
                                    std::unique_ptr<Backend> be) {
   EngineOptions eo;
   eo.scheduler = SchedulerOptions{4, 32, 0};  // chunked prefill shares steps with decodes
-  eo.device_sampling = device_sampling;
+  eo.scheduler.device_sampling = device_sampling;
   Engine e(std::move(be), eo);
   std::mutex mu;
   std::map<uint64_t, Out> res;
