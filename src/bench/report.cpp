@@ -105,10 +105,10 @@ void print_report(const BenchReport& r, std::FILE* out) {
     }
   }
   if (!r.kernels.empty()) {
-    std::fprintf(out, "\n%-11s %-30s %4s %9s %9s %9s %8s %10s %9s %8s\n", "kernel", "shape", "M", "MB", "us", "read us",
+    std::fprintf(out, "\n%-14s %-36s %4s %9s %9s %9s %8s %10s %9s %8s\n", "kernel", "shape", "M", "MB", "us", "read us",
                  "read/us", "cublasLt", "cublas/us", "GB/s");
     for (const auto& k : r.kernels)
-      std::fprintf(out, "%-11s %-30s %4d %9.2f %9.2f %9.2f %7.0f%% %10s %9s %8.0f\n", k.kernel.c_str(),
+      std::fprintf(out, "%-14s %-36s %4d %9.2f %9.2f %9.2f %7.0f%% %10s %9s %8.0f\n", k.kernel.c_str(),
                    k.shape.c_str(), k.M, k.bytes / 1e6, k.us, k.read_us, 100 * k.read_us / k.us,
                    num(k.cublas_us, 2).c_str(), has(k.cublas_us) ? fmt::format("{:.2f}", k.cublas_us / k.us).c_str() : "-",
                    k.bytes / k.us / 1e3);

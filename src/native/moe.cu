@@ -240,7 +240,7 @@ MoeWorkspace moe_workspace(const MoeWeights& w, int M, void* ws) {
 }
 
 void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,
-                 size_t ws_bytes, cudaStream_t stream) {
+                 size_t ws_bytes, cudaStream_t stream, MoeStageHook* hook) {
   const int H = w.hidden(), I = w.inter();
   M3_CHECK(M > 0 && x && out && ld_x >= H && ld_x % 4 == 0 && ld_out >= H, "moe_forward: bad activations (M {}, ld {} / {}, H {})",
            M, ld_x, ld_out, H);
@@ -264,11 +264,16 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
   auto F32 = [&](uint64_t off) { return reinterpret_cast<float*>(b + off); };
   const int MK = M * w.K;
 
+  auto stage = [&](const char* name) { return !hook || hook->before(stream, name); };
+
   // 1. router logits (fp32), 2. top-k, 3. grouping
+  if (!stage("router")) return;
   linear_dense(w.router, ActIn{x, DType::F32, ld_x}, M, F32(pl.logits), w.E, stream, nullptr, LinearPath::Gemv);
+  if (!stage("select")) return;
   router_select(F32(pl.logits), w.E, w.router_bias, w.E, w.K, M, w.routed_scale, I32(pl.ids), F32(pl.weights), stream);
   MoeGroupBuffers gb{I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row),
                      I32(pl.pos_of),     I32(pl.sh_slot),     I32(pl.sh_begin), I32(pl.sh_num)};
+  if (!stage("group")) return;
   moe_group(I32(pl.ids), M, w.K, w.E, w.shared_in_slot, sep, gb, stream);
 
   // 4. gate/up + SwiGLU per pair, 5. down per pair
@@ -276,6 +281,7 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
   const int ld_h = pl.imax;
   const MoeKernel kern = current_kernel();
   if (kern == MoeKernel::Gemv) {
+    if (!stage("gate_up")) return;
     auto up = gemv_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), x, ld_x,
                           F32(pl.h), ld_h, true, w);
     launch_moe_gemv(up, entries, M, stream);
@@ -284,6 +290,7 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
                              ld_x, F32(pl.h), ld_h, true, w);
       launch_moe_gemv(sup, 1, M, stream);
     }
+    if (!stage("down")) return;
     auto down = gemv_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, F32(pl.h), ld_h,
                             F32(pl.y), H, false, w);
     launch_moe_gemv(down, entries, M, stream);
@@ -301,9 +308,11 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
     auto* XS = reinterpret_cast<uint16_t*>(b + pl.xs);
     auto* HS = reinterpret_cast<uint16_t*>(b + pl.hs);
     M3_CHECK(M < 65536, "moe_forward: {} tokens in one pass (at most 65535)", M);
+    if (!stage("split")) return;
     moe_split_kernel<<<dim3(unsigned((pl.ld_xs / 16 + kSplitThreads - 1) / kSplitThreads), unsigned(M)),
                        kSplitThreads, 0, stream>>>(x, ld_x, H, XS, pl.ld_xs);
     M3_LAUNCH_CHECK(stream);
+    if (!stage("gate_up")) return;
     auto up = mma_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), XS, pl.ld_xs,
                          F32(pl.h), ld_h, HS, pl.ld_hs, true, w);
     launch_moe_mma(up, entries, deep, stream);
@@ -312,6 +321,7 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
                             pl.ld_xs, F32(pl.h), ld_h, HS, pl.ld_hs, true, w);
       launch_moe_mma(sup, 1, deep, stream);
     }
+    if (!stage("down")) return;
     auto down = mma_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, HS, pl.ld_hs,
                            F32(pl.y), H, nullptr, 0, false, w);
     launch_moe_mma(down, entries, deep, stream);
@@ -323,6 +333,7 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
   }
 
   // 6. combine in a fixed order
+  if (!stage("combine")) return;
   kernels::MoeCombineParams cp;
   cp.y = F32(pl.y);
   cp.ld_y = H;

@@ -56,8 +56,17 @@ enum class MoeKernel : int { Auto = 0, Wide = 1, Deep = 2, Gemv = 3 };
 void moe_set_kernel(MoeKernel k);
 MoeKernel moe_kernel();
 
+// Benchmarks only: called on the stream before each stage of moe_forward is enqueued, in order:
+// "router", "select", "group", "split" (tensor-core kernels only), "gate_up", "down", "combine"
+// (gate_up and down include the shared expert). Returning false enqueues nothing more (the
+// outputs are then undefined): a prefix of the stages can be timed without event overhead.
+struct MoeStageHook {
+  virtual ~MoeStageHook() = default;
+  virtual bool before(cudaStream_t s, const char* stage) = 0;
+};
+
 // out[t, :] (t < M, ld_out) = FFN(x[t, :]); x fp32 [M][ld_x] (16-byte aligned rows).
 void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,
-                 size_t ws_bytes, cudaStream_t stream);
+                 size_t ws_bytes, cudaStream_t stream, MoeStageHook* hook = nullptr);
 
 }  // namespace m3::native

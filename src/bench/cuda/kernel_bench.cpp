@@ -165,9 +165,10 @@ std::vector<KernelResult> bench_moe(const KernelBenchOptions& o, cudaStream_t s)
         native::moe_forward(w, x.as<float>() + size_t(i) * M * H, H, M, y.as<float>(), H, ws[size_t(i)]->p, wsb, st);
       };
       // eager pass: routing of every entry, read back for the byte count and the plain-read lists
+      // (the whole layer's, and per stage: router, gate_up = w13, down = w2)
       SegmentReader rd;
-      std::vector<int> lists;
-      double bytes = 0;
+      std::vector<int> lists, router_lists, up_lists, down_lists;
+      double bytes = 0, router_bytes = 0, up_bytes = 0, down_bytes = 0;
       for (int i = 0; i < nx; ++i) {
         run(i, s);
         M3_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -181,13 +182,27 @@ std::vector<KernelResult> bench_moe(const KernelBenchOptions& o, cudaStream_t s)
         const auto& Y = Ls.layers[size_t(i % kLayers)];
         std::vector<ReadSeg> segs{{arena.base() + Y.router.offset, Y.router.bytes},
                                   {arena.base() + Y.router_bias.offset, Y.router_bias.bytes}};
+        std::vector<ReadSeg> up, down;
         std::vector<int> slots(ids.begin(), ids.end());
         if (Y.shared_in_slot) slots.push_back(spec.num_experts);
-        for (int e : slots)
-          for (const PTensor* t : {&Y.w13.codes, &Y.w13.scales, &Y.w2.codes, &Y.w2.scales})
-            segs.push_back({arena.base() + t->offset + uint64_t(e) * t->slot_bytes(), t->slot_bytes()});
-        for (const PTensor* t : {&Y.shared_w13.codes, &Y.shared_w13.scales, &Y.shared_w2.codes, &Y.shared_w2.scales})
-          if (!t->empty()) segs.push_back({arena.base() + t->offset, t->bytes});
+        for (int e : slots) {
+          for (const PTensor* t : {&Y.w13.codes, &Y.w13.scales})
+            up.push_back({arena.base() + t->offset + uint64_t(e) * t->slot_bytes(), t->slot_bytes()});
+          for (const PTensor* t : {&Y.w2.codes, &Y.w2.scales})
+            down.push_back({arena.base() + t->offset + uint64_t(e) * t->slot_bytes(), t->slot_bytes()});
+        }
+        for (const PTensor* t : {&Y.shared_w13.codes, &Y.shared_w13.scales})
+          if (!t->empty()) up.push_back({arena.base() + t->offset, t->bytes});
+        for (const PTensor* t : {&Y.shared_w2.codes, &Y.shared_w2.scales})
+          if (!t->empty()) down.push_back({arena.base() + t->offset, t->bytes});
+        router_lists.push_back(rd.add(segs));
+        router_bytes += double(rd.bytes(router_lists.back()));
+        up_lists.push_back(rd.add(up));
+        up_bytes += double(rd.bytes(up_lists.back()));
+        down_lists.push_back(rd.add(down));
+        down_bytes += double(rd.bytes(down_lists.back()));
+        segs.insert(segs.end(), up.begin(), up.end());
+        segs.insert(segs.end(), down.begin(), down.end());
         lists.push_back(rd.add(segs));
         bytes += double(rd.bytes(lists.back()));
       }
@@ -203,6 +218,62 @@ std::vector<KernelResult> bench_moe(const KernelBenchOptions& o, cudaStream_t s)
       k.flops = 2.0 * M * (spec.top_k + 1) *
                 (double(Y.w13.codes.rows) * double(Y.w13.codes.cols) + double(Y.w2.codes.rows) * double(Y.w2.codes.cols));
       out.push_back(k);
+      if (o.moe_stages) {
+        // where the layer's time goes: T(n) = the rotation enqueuing only the first n stages of
+        // every moe_forward (MoeStageHook), stage n = T(n) - T(n - 1); each stage next to a plain
+        // read of its bytes (router, w13, w2 of the experts hit) or, for a stage that reads no
+        // weights, next to one empty kernel per launch of the rotation (a launch's floor)
+        struct Prefix : native::MoeStageHook {
+          int limit = 1 << 30, seen = 0;
+          std::vector<std::string> names;
+          bool before(cudaStream_t, const char* st) override {
+            if (int(names.size()) == seen) names.push_back(st);
+            return seen++ < limit;
+          }
+        } hook;
+        auto prefix = [&](int n) {
+          hook.limit = n;
+          return rotation_us(
+              nx,
+              [&](int i, cudaStream_t st) {
+                hook.seen = 0;
+                const native::MoeWeights& w = wl[size_t(i % kLayers)];
+                native::moe_forward(w, x.as<float>() + size_t(i) * M * H, H, M, y.as<float>(), H, ws[size_t(i)]->p,
+                                    wsb, st, &hook);
+              },
+              o.warmup, o.reps, s);
+        };
+        const double full = prefix(1 << 30);
+        const std::vector<std::string> names = hook.names;
+        const double empty_us = rotation_us(nx, [](int, cudaStream_t st) { launch_empty(st); }, o.warmup, o.reps, s);
+        auto list_read = [&](const std::vector<int>& ls) {
+          return rotation_us(nx, [&](int i, cudaStream_t st) { rd.read(ls[size_t(i)], st); }, o.warmup, o.reps, s);
+        };
+        double prev = 0;
+        for (size_t n = 0; n < names.size(); ++n) {
+          const double t = n + 1 == names.size() ? full : prefix(int(n) + 1);
+          KernelResult st = k;
+          st.kernel = "moe:" + names[n];
+          st.us = t - prev;
+          st.flops = 0;
+          prev = t;
+          if (names[n] == "router") {
+            st.bytes = router_bytes / nx;
+            st.read_us = list_read(router_lists);
+          } else if (names[n] == "gate_up") {
+            st.bytes = up_bytes / nx;
+            st.read_us = list_read(up_lists);
+          } else if (names[n] == "down") {
+            st.bytes = down_bytes / nx;
+            st.read_us = list_read(down_lists);
+          } else {
+            st.bytes = 0;
+            st.read_us = empty_us;
+            st.shape += " (vs empty kernel)";
+          }
+          out.push_back(st);
+        }
+      }
       if (M <= 64 && native::moe_kernel() != native::MoeKernel::Gemv) {  // the CUDA-core kernel as a yardstick
         const native::MoeKernel was = native::moe_kernel();
         native::moe_set_kernel(native::MoeKernel::Gemv);

@@ -4,7 +4,9 @@
 //              shapes of tp 1 and tp 4, and cuBLASLt FP8 on the same shapes (lt_matmul.h);
 //   fp8_gemv : the same through the CUDA-core GEMV (LinearPath::Gemv, M <= 16);
 //   moe_mxfp4: native::moe_forward on a real MoE layer (tp 1 and tp 4), bytes = router + the
-//              experts its routing actually hit (read back) + the shared expert.
+//              experts its routing actually hit (read back) + the shared expert; then the same
+//              split into its stages (moe:router, moe:select, ... moe:combine), each against the
+//              plain read of its own bytes (or one empty kernel when it reads no weights).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -21,6 +23,7 @@ struct KernelBenchOptions {
   int warmup = 5, reps = 30;  // graph replays of one rotation
   uint64_t seed = 1;
   bool cublas = true;
+  bool moe_stages = true;  // moe_mxfp4: also time each stage of moe_forward (rows "moe:<stage>")
 };
 
 std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream_t s);
