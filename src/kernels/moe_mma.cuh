@@ -93,9 +93,9 @@ struct MoeMmaParams {
 // P: enough warps to stream the experts of a batch-1 step (4 entries assumed: top-k of the smallest
 // models we run is >= 4) at about 16 warps per SM over the ceil(N/16) row tiles; at most
 // kMoeMaxChains, at most one chain per block. Depends on N, K, SMs only.
-__host__ __device__ inline int moe_mma_chains(int N, int K, int sms) {
+__host__ __device__ inline int moe_mma_chains(int N, int K, int sms, int warps_per_sm = 16) {
   const int tiles = (N + 15) / 16, blocks = (K + kMoeKBlock - 1) / kMoeKBlock;
-  int p = (sms * 16 + 4 * tiles - 1) / (4 * tiles);
+  int p = (sms * warps_per_sm + 4 * tiles - 1) / (4 * tiles);
   p = p < kMoeMaxChains ? p : kMoeMaxChains;
   p = p < blocks ? p : blocks;
   return p < 1 ? 1 : p;
@@ -282,11 +282,10 @@ constexpr int blocks_in_flight() {
 
 // One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 of one slot (codes, scales) for the
 // tokens xr[nt] (tok[nt]: a real pair); chain = +0 + block sum + ... (the header's order).
-template <int RT, int NT>
+template <int RT, int NT, int U = blocks_in_flight<RT, NT>()>
 __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* codes, const uint8_t* scales, int n0,
                                           const uint16_t* const (&xr)[NT], const bool (&tok)[NT], int blo, int bhi,
                                           int lane, float (&chain)[RT][NT][4]) {
-  constexpr int U = blocks_in_flight<RT, NT>();
   const int g = lane >> 2, t = lane & 3;
   const int nchunks = (p.K + 31) / 32;
   const uint8_t* crow[RT][2];
@@ -376,7 +375,7 @@ constexpr int moe_wide_smem_floats(int chains) {
 
 // smem: moe_wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block (every thread of the
 // block must call it with the same tile_n and entry).
-template <int RT, int NT>
+template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>()>
 __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, int tid, float* smem) {
   if (entry >= *p.num_entries) return;  // block-uniform
   const int lane = tid & 31, warp = tid >> 5, P = p.chains;
@@ -392,7 +391,7 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
     bool tok[NT];
     moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
     float chain[RT][NT][4];
-    moe_mma::chain_sum<RT, NT>(p, codes, scales, n0, xr, tok, moe_mma::chain_begin(warp, blocks, P),
+    moe_mma::chain_sum<RT, NT, U>(p, codes, scales, n0, xr, tok, moe_mma::chain_begin(warp, blocks, P),
                                moe_mma::chain_begin(warp + 1, blocks, P), lane, chain);
     // part[warp][rt][col][row 0..15], columns padded to 17
 #pragma unroll

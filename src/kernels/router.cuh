@@ -106,8 +106,10 @@ struct MoeGroupParams {
   int32_t* sh_num = nullptr;      // [1]
 };
 
-// One block does the whole batch; smem: 2 * (E + 1) ints. Thread e counts and then places the
-// pairs of expert e, scanning the ids in order (stable). O(M*K) per thread: cheap for decode.
+// One block does the whole batch (nthreads >= 32, a multiple of 32); smem: 2 * (E + 1) ints.
+// Thread e counts and then places the pairs of expert e, scanning the ids in order (stable);
+// warp 0 turns the counts into offsets and the entry list (32 experts per scan step). O(M*K) per
+// thread: cheap for decode.
 __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, int tid, int nthreads, int32_t* smem) {
   int32_t* cnt = smem;           // [E]
   int32_t* off = smem + p.E + 1; // [E+1]
@@ -118,31 +120,45 @@ __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, int tid,
     cnt[e] = c;
   }
   __syncthreads();
-  if (tid == 0) {
-    int a = 0, o = 0;
-    for (int e = 0; e < p.E; ++e) {
-      off[e] = o;
-      if (cnt[e] > 0) {
-        p.entry_slot[a] = e;
-        p.entry_begin[a] = o;
-        ++a;
+  if (tid < 32) {
+    const int lane = tid;
+    int a = 0, o = 0;  // entries and pairs before this step's 32 experts
+    for (int e0 = 0; e0 < p.E; e0 += 32) {
+      const int e = e0 + lane;
+      const int c = e < p.E ? cnt[e] : 0, f = c > 0 ? 1 : 0;
+      int sc = c, sf = f;  // inclusive scans over the lanes
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int yc = __shfl_up_sync(0xffffffffu, sc, d), yf = __shfl_up_sync(0xffffffffu, sf, d);
+        if (lane >= d) {
+          sc += yc;
+          sf += yf;
+        }
       }
-      o += cnt[e];
+      if (e < p.E) off[e] = o + sc - c;
+      if (f) {
+        p.entry_slot[a + sf - 1] = e;
+        p.entry_begin[a + sf - 1] = o + sc - c;
+      }
+      o += __shfl_sync(0xffffffffu, sc, 31);
+      a += __shfl_sync(0xffffffffu, sf, 31);
     }
-    off[p.E] = o;
-    if (p.shared_slot) {
-      p.entry_slot[a] = p.E;
-      p.entry_begin[a] = MK;
-      ++a;
-      o = MK + p.M;
-    }
-    p.entry_begin[a] = o;
-    *p.num_entries = a;
-    if (p.shared_separate) {
-      p.sh_slot[0] = 0;
-      p.sh_begin[0] = MK;
-      p.sh_begin[1] = MK + p.M;
-      *p.sh_num = 1;
+    if (lane == 0) {
+      off[p.E] = o;
+      if (p.shared_slot) {
+        p.entry_slot[a] = p.E;
+        p.entry_begin[a] = MK;
+        ++a;
+        o = MK + p.M;
+      }
+      p.entry_begin[a] = o;
+      *p.num_entries = a;
+      if (p.shared_separate) {
+        p.sh_slot[0] = 0;
+        p.sh_begin[0] = MK;
+        p.sh_begin[1] = MK + p.M;
+        *p.sh_num = 1;
+      }
     }
   }
   __syncthreads();

@@ -5,6 +5,7 @@
 // M3_MOE_GEMV=1 in the environment: the fallback and the yardstick).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -33,12 +34,12 @@ __global__ void __launch_bounds__(32 * kMoeWarpsPerBlock) moe_gemv_kernel(kernel
 constexpr int kWideRT = 2, kWideNT = 1, kDeepRT = 2, kDeepNT = 4;
 constexpr int kDeepCtasPerSm = 2;  // the deep kernel's launch bounds: its persistent grid is one wave
 
-template <int RT, int NT>
+template <int RT, int NT, int U>
 __global__ void __launch_bounds__(32 * kernels::kMoeMaxChains) moe_wide_kernel(kernels::MoeMmaParams p) {
   extern __shared__ float smem[];
   // entries in reverse launch order: the last real entry (the shared expert, which has every token
   // and so the most token tiles) starts first instead of last
-  kernels::moe_mma_wide_work<RT, NT>(p, int(blockIdx.x), int(gridDim.y - 1 - blockIdx.y), int(threadIdx.x), smem);
+  kernels::moe_mma_wide_work<RT, NT, U>(p, int(blockIdx.x), int(gridDim.y - 1 - blockIdx.y), int(threadIdx.x), smem);
 }
 
 template <int RT, int NT>
@@ -143,17 +144,41 @@ MoeKernel current_kernel() {
 }
 
 // One projection for the entries of a list on tensor cores: wide or deep (same bits either way).
+// EXPERIMENT (temporary): M3_MOE_EXP="RT,U,warps_per_sm" picks the wide tiling and chain count.
+struct Exp {
+  int rt = kWideRT, u = 0, wps = 16;
+};
+Exp exp_knobs() {
+  static Exp e = [] {
+    Exp x;
+    if (const char* s = std::getenv("M3_MOE_EXP")) std::sscanf(s, "%d,%d,%d", &x.rt, &x.u, &x.wps);
+    return x;
+  }();
+  return e;
+}
+
+template <int RT, int U>
+void launch_wide(const kernels::MoeMmaParams& p, int entries, cudaStream_t s) {
+  constexpr int NT = kWideNT;
+  const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned(entries));
+  const size_t smem = size_t(kernels::moe_wide_smem_floats<RT, NT>(p.chains)) * sizeof(float);
+  static_assert(size_t(kernels::moe_wide_smem_floats<RT, NT>(kernels::kMoeMaxChains)) * 4 <= 48 * 1024,
+                "wide tile needs more than the default shared memory");
+  M3_CHECK(entries < 65536, "moe: {} entries", entries);
+  moe_wide_kernel<RT, NT, U><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
+}
+
 void launch_moe_mma(kernels::MoeMmaParams p, int entries, bool deep, cudaStream_t s) {
   if (entries == 0) return;
-  p.chains = kernels::moe_mma_chains(p.N, p.K, device_sm_count());
+  const Exp ex = exp_knobs();
+  p.chains = kernels::moe_mma_chains(p.N, p.K, device_sm_count(), ex.wps);
   if (!deep) {
-    constexpr int RT = kWideRT, NT = kWideNT;
-    const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned(entries));
-    const size_t smem = size_t(kernels::moe_wide_smem_floats<RT, NT>(p.chains)) * sizeof(float);
-    static_assert(size_t(kernels::moe_wide_smem_floats<RT, NT>(kernels::kMoeMaxChains)) * 4 <= 48 * 1024,
-                  "wide tile needs more than the default shared memory");
-    M3_CHECK(entries < 65536, "moe: {} entries", entries);
-    moe_wide_kernel<RT, NT><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
+    if (ex.rt == 1 && ex.u == 1) launch_wide<1, 1>(p, entries, s);
+    else if (ex.rt == 1 && ex.u == 4) launch_wide<1, 4>(p, entries, s);
+    else if (ex.rt == 1) launch_wide<1, 2>(p, entries, s);
+    else if (ex.rt == 2 && ex.u == 2) launch_wide<2, 2>(p, entries, s);
+    else if (ex.rt == 4) launch_wide<4, 1>(p, entries, s);
+    else launch_wide<2, 1>(p, entries, s);
   } else {
     constexpr int RT = kDeepRT, NT = kDeepNT;
     const int row_tiles = (p.N + 16 * RT - 1) / (16 * RT);
@@ -269,12 +294,11 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float
   // 1. router logits (fp32), 2. top-k, 3. grouping
   if (!stage("router")) return;
   linear_dense(w.router, ActIn{x, DType::F32, ld_x}, M, F32(pl.logits), w.E, stream, nullptr, LinearPath::Gemv);
-  if (!stage("select")) return;
-  router_select(F32(pl.logits), w.E, w.router_bias, w.E, w.K, M, w.routed_scale, I32(pl.ids), F32(pl.weights), stream);
+  if (!stage("route")) return;
   MoeGroupBuffers gb{I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row),
                      I32(pl.pos_of),     I32(pl.sh_slot),     I32(pl.sh_begin), I32(pl.sh_num)};
-  if (!stage("group")) return;
-  moe_group(I32(pl.ids), M, w.K, w.E, w.shared_in_slot, sep, gb, stream);
+  moe_route(F32(pl.logits), w.E, w.router_bias, w.E, w.K, M, w.routed_scale, I32(pl.ids), F32(pl.weights),
+            w.shared_in_slot, sep, gb, stream);
 
   // 4. gate/up + SwiGLU per pair, 5. down per pair
   const int entries = std::min(w.E, MK) + (w.shared_in_slot ? 1 : 0);

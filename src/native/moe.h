@@ -57,7 +57,7 @@ void moe_set_kernel(MoeKernel k);
 MoeKernel moe_kernel();
 
 // Benchmarks only: called on the stream before each stage of moe_forward is enqueued, in order:
-// "router", "select", "group", "split" (tensor-core kernels only), "gate_up", "down", "combine"
+// "router", "route" (top-k select + grouping by expert), "split" (tensor-core kernels only), "gate_up", "down", "combine"
 // (gate_up and down include the shared expert). Returning false enqueues nothing more (the
 // outputs are then undefined): a prefix of the stages can be timed without event overhead.
 struct MoeStageHook {

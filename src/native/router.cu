@@ -1,5 +1,6 @@
 // Launchers of the routing kernels: router_select maps 4 tokens to a 128-thread block (one warp
-// each); moe_group runs one block over the whole batch.
+// each); moe_group runs one block over the whole batch; moe_route does both in one block for
+// decode-sized batches (one launch and no round trip through a second kernel's start).
 #include "kernels/router.cuh"
 #include "native/cuda_check.h"
 #include "native/router.h"
@@ -20,10 +21,19 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(kernels::MoeGr
   kernels::moe_group_work(p, threadIdx.x, kGroupThreads, smem);
 }
 
-}  // namespace
+// One block: its warps select the tokens (warp w: tokens w, w + 8, ...), then group them. The
+// selections reach the grouping through global memory (gp.ids = sp.ids) after the barrier.
+__global__ void __launch_bounds__(kGroupThreads) moe_route_kernel(kernels::RouterSelectParams sp,
+                                                                  kernels::MoeGroupParams gp) {
+  extern __shared__ int32_t smem[];
+  for (int t = int(threadIdx.x) / 32; t < sp.M; t += kGroupThreads / 32)
+    kernels::router_select_work(sp, t, int(threadIdx.x) & 31);
+  __syncthreads();
+  kernels::moe_group_work(gp, threadIdx.x, kGroupThreads, smem);
+}
 
-void router_select(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
-                   int32_t* ids, float* weights, cudaStream_t stream) {
+kernels::RouterSelectParams select_params(const float* logits, int64_t ld, const float* bias, int E, int K, int M,
+                                          float routed_scale, int32_t* ids, float* weights) {
   M3_CHECK(E > 0 && E <= kernels::kRouterMaxExperts && K > 0 && K <= kernels::kRouterMaxTopK && K <= E,
            "router_select: {} experts, top {} unsupported (at most {} experts, top {})", E, K,
            kernels::kRouterMaxExperts, kernels::kRouterMaxTopK);
@@ -38,13 +48,12 @@ void router_select(const float* logits, int64_t ld, const float* bias, int E, in
   p.routed_scale = routed_scale;
   p.ids = ids;
   p.weights = weights;
-  router_select_kernel<<<unsigned((M + 3) / 4), 128, 0, stream>>>(p);
-  M3_LAUNCH_CHECK(stream);
+  return p;
 }
 
-void moe_group(const int32_t* ids, int M, int K, int E, bool shared_slot, bool shared_separate,
-               const MoeGroupBuffers& b, cudaStream_t stream) {
-  M3_CHECK(M > 0 && K > 0 && E > 0 && E <= 4096, "moe_group: M {} K {} E {}", M, K, E);
+kernels::MoeGroupParams group_params(const int32_t* ids, int M, int K, int E, bool shared_slot, bool shared_separate,
+                                     const MoeGroupBuffers& b) {
+  M3_CHECK(M > 0 && K > 0 && E > 0 && E <= 4096 && ids, "moe_group: M {} K {} E {}", M, K, E);
   kernels::MoeGroupParams p;
   p.ids = ids;
   p.M = M;
@@ -60,7 +69,38 @@ void moe_group(const int32_t* ids, int M, int K, int E, bool shared_slot, bool s
   p.sh_slot = b.sh_slot;
   p.sh_begin = b.sh_begin;
   p.sh_num = b.sh_num;
-  moe_group_kernel<<<1, kGroupThreads, size_t(2 * (E + 1)) * sizeof(int32_t), stream>>>(p);
+  return p;
+}
+
+size_t group_smem(int E) { return size_t(2 * (E + 1)) * sizeof(int32_t); }
+
+}  // namespace
+
+void router_select(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
+                   int32_t* ids, float* weights, cudaStream_t stream) {
+  const auto p = select_params(logits, ld, bias, E, K, M, routed_scale, ids, weights);
+  router_select_kernel<<<unsigned((M + 3) / 4), 128, 0, stream>>>(p);
+  M3_LAUNCH_CHECK(stream);
+}
+
+void moe_group(const int32_t* ids, int M, int K, int E, bool shared_slot, bool shared_separate,
+               const MoeGroupBuffers& b, cudaStream_t stream) {
+  const auto p = group_params(ids, M, K, E, shared_slot, shared_separate, b);
+  moe_group_kernel<<<1, kGroupThreads, group_smem(E), stream>>>(p);
+  M3_LAUNCH_CHECK(stream);
+}
+
+void moe_route(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
+               int32_t* ids, float* weights, bool shared_slot, bool shared_separate, const MoeGroupBuffers& b,
+               cudaStream_t stream) {
+  if (M > kRouteFusedMaxTokens) {
+    router_select(logits, ld, bias, E, K, M, routed_scale, ids, weights, stream);
+    moe_group(ids, M, K, E, shared_slot, shared_separate, b, stream);
+    return;
+  }
+  const auto sp = select_params(logits, ld, bias, E, K, M, routed_scale, ids, weights);
+  const auto gp = group_params(ids, M, K, E, shared_slot, shared_separate, b);
+  moe_route_kernel<<<1, kGroupThreads, group_smem(E), stream>>>(sp, gp);
   M3_LAUNCH_CHECK(stream);
 }
 

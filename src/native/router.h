@@ -28,4 +28,11 @@ struct MoeGroupBuffers {   // device arrays (see kernels/router.cuh for their co
 void moe_group(const int32_t* ids, int M, int K, int E, bool shared_slot, bool shared_separate,
                const MoeGroupBuffers& out, cudaStream_t stream);
 
+// router_select then moe_group (the same outputs): one launch of one block when M is at most
+// kRouteFusedMaxTokens (decode), else the two kernels (one warp per token across the GPU).
+constexpr int kRouteFusedMaxTokens = 64;
+void moe_route(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
+               int32_t* ids, float* weights, bool shared_slot, bool shared_separate, const MoeGroupBuffers& out,
+               cudaStream_t stream);
+
 }  // namespace m3::native

@@ -1,9 +1,12 @@
 // MoE routing on the GPU (native/router.h): top-k selection equals ref::route_token on the same
-// fp32 logits (ties to the lower expert id, the bias only choosing), and the grouping of pairs by
-// expert is a stable sort whose entry lists, pair rows and inverse positions agree.
+// fp32 logits (ties to the lower expert id, the bias only choosing), the grouping of pairs by
+// expert is a stable sort whose entry lists, pair rows and inverse positions agree, and the
+// one-launch moe_route gives bitwise what router_select + moe_group give.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -82,7 +85,7 @@ TEST(GpuRouter, GroupIsAStableSortByExpert) {
     bool slot, sep;
   };
   for (const C& c : {C{128, 4, 1, true, false}, C{128, 4, 300, true, false}, C{9, 3, 50, false, true},
-                     C{16, 2, 7, false, false}}) {
+                     C{16, 2, 7, false, false}, C{200, 8, 20, true, false}, C{4096, 16, 70, false, true}}) {
     const int MK = c.M * c.K;
     std::vector<int32_t> ids(static_cast<size_t>(MK));
     for (int t = 0; t < c.M; ++t) {  // K distinct experts per token, skewed toward low ids
@@ -129,6 +132,67 @@ TEST(GpuRouter, GroupIsAStableSortByExpert) {
       EXPECT_EQ(s1[0], MK);
       EXPECT_EQ(s1[1], MK + c.M);
       EXPECT_EQ(s2[0], 1);
+    }
+  }
+}
+
+TEST(GpuRouter, FusedRouteEqualsSelectThenGroup) {
+  const uint32_t seed = gpu_test_seed() + 13;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  struct C {
+    int E, K, M;
+    bool slot, sep;
+  };
+  // M up to kRouteFusedMaxTokens takes the one-block kernel, above it the two kernels
+  for (const C& c : {C{128, 4, 1, true, false}, C{128, 4, 16, false, true}, C{128, 4, native::kRouteFusedMaxTokens, true, false},
+                     C{128, 4, native::kRouteFusedMaxTokens + 1, true, false}, C{200, 8, 9, false, false},
+                     C{33, 16, 3, true, false}, C{256, 8, 64, false, true}}) {
+    const int MK = c.M * c.K;
+    const int64_t ld = c.E + 1;
+    std::vector<float> logits(size_t(c.M) * size_t(ld)), bias(size_t(c.E));
+    for (auto& v : logits) v = nd(rng) * 2.f;
+    for (auto& b : bias) b = nd(rng) * 0.05f;
+    DevBuf<float> dl(logits.size()), db(bias.size());
+    dl.upload(logits);
+    db.upload(bias);
+    struct Out {
+      DevBuf<int32_t> ids, es, eb, ne, pr, po, ss, sb, sn;
+      DevBuf<float> w;
+      Out(const C& c, int MK)
+          : ids(size_t(MK)), es(size_t(c.E) + 1), eb(size_t(c.E) + 2), ne(1), pr(size_t(MK + c.M)), po(size_t(MK)),
+            ss(1), sb(2), sn(1), w(size_t(MK)) {}
+      native::MoeGroupBuffers gb() { return {es.p, eb.p, ne.p, pr.p, po.p, ss.p, sb.p, sn.p}; }
+      std::vector<DevBuf<int32_t>*> ints() { return {&ids, &es, &eb, &ne, &pr, &po, &ss, &sb, &sn}; }
+    };
+    Out a(c, MK), b(c, MK);
+    // poisoned differently, so a value neither run wrote cannot compare equal
+    for (auto* x : a.ints()) M3_CUDA_CHECK(cudaMemset(x->p, 0xff, x->n * 4));
+    for (auto* x : b.ints()) M3_CUDA_CHECK(cudaMemset(x->p, 0xfe, x->n * 4));
+    a.w.poison();
+    M3_CUDA_CHECK(cudaMemset(b.w.p, 0x7f, b.w.n * 4));
+    native::router_select(dl.p, ld, db.p, c.E, c.K, c.M, 2.5f, a.ids.p, a.w.p, nullptr);
+    native::moe_group(a.ids.p, c.M, c.K, c.E, c.slot, c.sep, a.gb(), nullptr);
+    native::moe_route(dl.p, ld, db.p, c.E, c.K, c.M, 2.5f, b.ids.p, b.w.p, c.slot, c.sep, b.gb(), nullptr);
+    M3_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto na = a.ne.download();
+    const int entries = na[0];
+    ASSERT_GT(entries, 0);
+    // what both must have written: ids, weights, pair rows and positions, entries + 1 begins
+    const char* names[] = {"ids", "entry_slot", "entry_begin", "num_entries", "pair_row", "pos_of", "sh_slot", "sh_begin", "sh_num"};
+    const size_t used[] = {size_t(MK), size_t(entries), size_t(entries) + 1, 1, size_t(MK + c.M), size_t(MK),
+                           c.sep ? 1u : 0u, c.sep ? 2u : 0u, c.sep ? 1u : 0u};
+    auto ai = a.ints(), bi = b.ints();
+    for (size_t k = 0; k < ai.size(); ++k) {
+      const auto x = ai[k]->download(), y = bi[k]->download();
+      for (size_t i = 0; i < used[k]; ++i)
+        ASSERT_EQ(x[i], y[i]) << names[k] << "[" << i << "] E " << c.E << " K " << c.K << " M " << c.M;
+    }
+    const auto wa = a.w.download(), wb = b.w.download();
+    for (int i = 0; i < MK; ++i) {
+      ASSERT_TRUE(std::isfinite(wa[size_t(i)])) << "weight " << i;
+      ASSERT_EQ(std::memcmp(&wa[size_t(i)], &wb[size_t(i)], 4), 0) << "weight " << i << " M " << c.M;
     }
   }
 }
