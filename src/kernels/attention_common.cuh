@@ -1,5 +1,5 @@
 // Device helpers shared by the cache-insert, indexer and attention kernels: the two cache element
-// formats (FP8 E4M3 and BF16) as traits with vector decoding, warp reductions, cp.async.
+// formats (FP8 E4M3 and BF16) as traits with vector decoding, warp reductions (cp.async: cp_async.cuh).
 //   CacheFp8 : one byte per element, decoded with the hardware e4m3x2 -> f16x2 conversion (exact:
 //              every E4M3 value is an f16 value), then f16 -> f32 (exact). Encoded with the
 //              project's codec (core/codecs.h), so host and device quantize bit-identically.
@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/codecs.h"
+#include "kernels/cp_async.cuh"
 
 namespace m3::kernels {
 
@@ -91,15 +92,6 @@ template <class C, int N>
 __device__ __forceinline__ void load_decode(const typename C::Store* p, float* out) {
   decode_words<C, N>(load_words<C, N>(p), out);
 }
-
-// 16-byte asynchronous global -> shared copy (sm_80+); src_bytes = 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Decodes one element (any alignment).
 template <class C>

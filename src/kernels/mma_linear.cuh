@@ -48,6 +48,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/mma_common.cuh"
 #include "kernels/swiglu.cuh"
 #include "kernels/weight_stream.cuh"
 
@@ -84,19 +85,6 @@ __host__ __device__ inline int mma_linear_chains(int N, int K, int sms) {
 
 namespace mma {
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
 // Four E4M3 codes (bytes of w, element i in byte i) -> bf16x2 {e0, e1} and {e2, e3}, exact.
 // Code c = s eeee mmm; the bf16 pattern of its value * 2^-120 has low byte (c & 0x0f) << 4 (e0 m2 m1
 // m0 0000) and high byte (c & 0x80) | (c >> 4 & 0x07) (s 0000 e3 e2 e1): two masks per word build
@@ -107,21 +95,6 @@ __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& lo, uint3
   const uint32_t hb = ((w >> 4) & 0x07070707u) | (w & 0x80808080u);
   lo = bf16x2_mul(__byte_perm(lb, hb, 0x5140), kTwo120);
   hi = bf16x2_mul(__byte_perm(lb, hb, 0x7362), kTwo120);
-}
-
-// bf16x2 {lo element, hi element}, round to nearest even.
-__device__ __forceinline__ uint32_t pack_bf16x2(float e0, float e1) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(e1), "f"(e0));
-  return d;
-}
-
-// x = hi + lo for a pair of fp32 values (hi = bf16(x), lo = bf16(x - hi)).
-__device__ __forceinline__ void split_hi_lo(float e0, float e1, uint32_t& hi, uint32_t& lo) {
-  hi = pack_bf16x2(e0, e1);
-  const float r0 = __fsub_rn(e0, __uint_as_float(hi << 16));
-  const float r1 = __fsub_rn(e1, __uint_as_float(hi & 0xffff0000u));
-  lo = pack_bf16x2(r0, r1);
 }
 
 // The A fragment of step s from one 16-element run per row (rows g and g + 8).
@@ -254,12 +227,7 @@ template <WeightFmt W, ActFmt X, int RT, int NT, bool FULL>
 __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t* const (&xrow)[NT],
                                           const bool (&tok)[NT], int kc, int K, float (&chain)[RT][NT][4]) {
   float blk[RT][NT][4];
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) blk[rt][nt][i] = 0.f;
+  zero<RT, NT>(blk);
   if constexpr (NT == 1) {  // decode: the token's whole run first (4 loads in flight), then the steps
     uint32_t bh[4][2], bl[4][2];
     act_run<X, FULL>(xrow[0], tok[0], kc, K, bh, bl);
@@ -290,12 +258,7 @@ __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t
       }
     }
   }
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = __fadd_rn(chain[rt][nt][i], blk[rt][nt][i]);
+  add_into<RT, NT>(chain, blk);
 }
 
 // One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 and tokens t0 .. t0 + 8*NT - 1;
@@ -307,14 +270,7 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
   const int g = lane >> 2, t = lane & 3;
   const uint8_t* row[RT][2];
   bool rok[RT][2];
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = n0 + rt * 16 + g + 8 * h;
-      rok[rt][h] = n < p.N;
-      row[rt][h] = p.w + int64_t(rok[rt][h] ? n : 0) * p.ld_w;
-    }
+  tile_rows<RT>(p.w, p.ld_w, n0, g, p.N, row, rok);
   const uint8_t* xrow[NT];
   bool tok[NT];
 #pragma unroll
@@ -323,12 +279,7 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
     tok[nt] = tk < p.M;
     xrow[nt] = static_cast<const uint8_t*>(p.x) + int64_t(tok[nt] ? tk : 0) * p.ld_x * (X == ActFmt::F32 ? 4 : 2);
   }
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = 0.f;
+  zero<RT, NT>(chain);
 
   for (int b = blo; b < bhi; b += U) {
     WRun<W> wr[U][RT];
@@ -352,7 +303,6 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
   }
 }
 
-__device__ __forceinline__ int chain_begin(int j, int blocks, int P) { return int(int64_t(j) * blocks / P); }
 
 // The epilogue of one output row value (total over chains): row scale.
 template <WeightFmt W>
@@ -364,13 +314,8 @@ __device__ __forceinline__ float scaled(const MmaLinearParams& p, float tot, int
 }  // namespace mma
 
 // ---- wide mode: one CTA = one tile, warp j = chain j (blockDim.x == 32 * p.chains) ----
-template <int RT, int NT>
-constexpr int mma_wide_smem_floats(int chains) {
-  return chains * RT * 8 * NT * 17;
-}
-
 // tile_n: row tile index (rows 16*RT*tile_n ..), tile_t: token tile (tokens 8*NT*tile_t ..).
-// smem: mma_wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block.
+// smem: mma::wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block.
 template <WeightFmt W, ActFmt X, int RT, int NT>
 __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, int tile_n, int tile_t, int tid,
                                                      float* smem) {
@@ -380,23 +325,9 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
   float chain[RT][NT][4];
   mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P), mma::chain_begin(warp + 1, blocks, P),
                                lane, chain);
-  // part[warp][rt][col][row 0..15], columns padded to 17
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = g + 8 * (i >> 1), c = nt * 8 + 2 * t + (i & 1);
-        smem[((warp * RT + rt) * 8 * NT + c) * 17 + r] = chain[rt][nt][i];
-      }
+  mma::store_partials<RT, NT>(chain, warp, lane, smem);
   __syncthreads();
-  auto total = [&](int rt, int c, int r) {
-    float tot = smem[(rt * 8 * NT + c) * 17 + r];
-    for (int w = 1; w < P; ++w) tot = __fadd_rn(tot, smem[((w * RT + rt) * 8 * NT + c) * 17 + r]);
-    return tot;
-  };
+  auto total = [&](int rt, int c, int r) { return mma::ordered_total<RT, NT>(smem, P, rt, c, r); };
   if (!p.swiglu) {
     for (int o = tid; o < RT * 16 * 8 * NT; o += blockDim.x) {
       const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, tk = t0 + c;
@@ -415,13 +346,8 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
 }
 
 // ---- deep mode: one warp = one tile, chains one after another ----
-template <int RT, int NT>
-constexpr int mma_deep_smem_floats_per_warp() {
-  return RT * NT * 4 * 32;
-}
-
 // tile_n, tile_t as in the wide mode; lane 0..31 of the warp that owns the tile;
-// wsmem: mma_deep_smem_floats_per_warp<RT, NT>() floats private to the warp. No block barrier.
+// wsmem: mma::deep_smem_floats_per_warp<RT, NT>() floats private to the warp. No block barrier.
 template <WeightFmt W, ActFmt X, int RT, int NT>
 __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, int tile_n, int tile_t, int lane,
                                                      float* wsmem) {
@@ -433,15 +359,7 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
     mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(j, blocks, P), mma::chain_begin(j + 1, blocks, P), lane,
                                  chain);
     if (j + 1 == P) break;  // the last chain's sum is added straight from registers below
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float& r = wsmem[((rt * NT + nt) * 4 + i) * 32 + lane];
-          r = j == 0 ? chain[rt][nt][i] : __fadd_rn(r, chain[rt][nt][i]);
-        }
+    mma::add_running<RT, NT>(wsmem, chain, j, lane);
   }
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -451,8 +369,7 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
       float v[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float last = chain[rt][nt][i];
-        const float tot = P == 1 ? last : __fadd_rn(wsmem[((rt * NT + nt) * 4 + i) * 32 + lane], last);
+        const float tot = mma::running_total<RT, NT>(wsmem, chain, P, rt, nt, i, lane);
         const int n = n0 + rt * 16 + g + 8 * (i >> 1);
         v[i] = n < p.N ? mma::scaled<W>(p, tot, n) : 0.f;
       }

@@ -52,6 +52,9 @@
 // Two ways to walk the same chains:
 //   wide (decode): CTA = (row tile of 16*RT rows, entry), P warps = the P chains in parallel, the
 //     entry's pairs in token tiles of 8*NT one after another; chain sums meet in shared memory.
+//     Weights reach the registers either directly (chain_sum: two register groups, one in flight)
+//     or through a per-warp ring of shared-memory stages filled by cp.async (chain_sum_staged:
+//     the same blocks and sums, more bytes in flight; needs 4-byte aligned scale rows).
 //   deep (prefill): one warp = one tile (row tile, 8*NT pairs of one entry), all chains one after
 //     another (running total in per-warp shared memory); warps walk the tile list persistently:
 //     tile i -> entry a (in entry order), then token tile (slow) and row tile (fast): the warps of
@@ -59,6 +62,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cp_async.cuh"
 #include "kernels/mma_linear.cuh"
 #include "kernels/swiglu.cuh"
 #include "kernels/weight_stream.cuh"
@@ -93,9 +97,9 @@ struct MoeMmaParams {
 // P: enough warps to stream the experts of a batch-1 step (4 entries assumed: top-k of the smallest
 // models we run is >= 4) at about 16 warps per SM over the ceil(N/16) row tiles; at most
 // kMoeMaxChains, at most one chain per block. Depends on N, K, SMs only.
-__host__ __device__ inline int moe_mma_chains(int N, int K, int sms, int warps_per_sm = 16) {
+__host__ __device__ inline int moe_mma_chains(int N, int K, int sms) {
   const int tiles = (N + 15) / 16, blocks = (K + kMoeKBlock - 1) / kMoeKBlock;
-  int p = (sms * warps_per_sm + 4 * tiles - 1) / (4 * tiles);
+  int p = (sms * 16 + 4 * tiles - 1) / (4 * tiles);
   p = p < kMoeMaxChains ? p : kMoeMaxChains;
   p = p < blocks ? p : blocks;
   return p < 1 ? 1 : p;
@@ -219,12 +223,7 @@ template <int RT, int NT, bool FULL>
 __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* const (&xr)[NT], const bool (&tok)[NT],
                                           int kc, int K, float (&chain)[RT][NT][4]) {
   float blk[RT][NT][4];
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) blk[rt][nt][i] = 0.f;
+  mma::zero<RT, NT>(blk);
   if constexpr (NT == 1) {  // decode: the token's whole run first (8 loads in flight), then the steps
     uint4 v0[4], v1[4];
 #pragma unroll
@@ -265,12 +264,7 @@ __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* 
       }
     }
   }
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = __fadd_rn(chain[rt][nt][i], blk[rt][nt][i]);
+  mma::add_into<RT, NT>(chain, blk);
 }
 
 // Blocks per load group: decode tiles (NT 1) hold two groups (one in flight while the other is
@@ -291,21 +285,9 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
   const uint8_t* crow[RT][2];
   const uint8_t* srow[RT][2];
   bool rok[RT][2];
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = n0 + rt * 16 + g + 8 * h;
-      rok[rt][h] = n < p.N;
-      crow[rt][h] = codes + int64_t(rok[rt][h] ? n : 0) * p.ld;
-      srow[rt][h] = scales + int64_t(rok[rt][h] ? n : 0) * p.sld;
-    }
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = 0.f;
+  mma::tile_rows<RT>(codes, p.ld, n0, g, p.N, crow, rok);
+  mma::tile_rows<RT>(scales, p.sld, n0, g, p.N, srow, rok);
+  mma::zero<RT, NT>(chain);
 
   // blocks b .. b + U - 1 (those before bhi) into wr
   auto load_group = [&](WBlk(&wr)[U][RT], int b) {
@@ -350,7 +332,83 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
   }
 }
 
-__device__ __forceinline__ int chain_begin(int j, int blocks, int P) { return int(int64_t(j) * blocks / P); }
+// Staged decode chain (wide mode, one token tile): the same blocks, block sums and chain sum as
+// chain_sum (the same bits), but the weights reach the registers through a ring of S stages of
+// shared memory private to the warp, filled with cp.async S - 1 blocks ahead of the MMAs: more
+// bytes in flight than registers allow, and no registers held by loads in flight. Stage layout:
+// codes [RT][2][32 lanes][16 B] (each lane reads back only what it copied), then the 4 scale bytes
+// of each of the tile's 16 RT rows (row r = rt*16 + 8h + g copied by lane r, read by its 4 lanes:
+// a __syncwarp after the waits). Needs 4-byte aligned scale rows (sld % 4 == 0).
+template <int RT>
+constexpr int staged_code_bytes() {
+  return RT * 2 * 32 * 16;
+}
+template <int RT>
+constexpr int staged_stage_bytes() {
+  return staged_code_bytes<RT>() + RT * 16 * 4;
+}
+
+template <int RT, int S>
+__device__ __forceinline__ void chain_sum_staged(const MoeMmaParams& p, const uint8_t* codes, const uint8_t* scales,
+                                                 int n0, const uint16_t* const (&xr)[1], const bool (&tok)[1],
+                                                 int blo, int bhi, int lane, uint8_t* ring, float (&chain)[RT][1][4]) {
+  static_assert(S >= 2, "at least two stages");
+  constexpr int kCode = staged_code_bytes<RT>(), kStage = staged_stage_bytes<RT>();
+  const int g = lane >> 2, t = lane & 3;
+  const int nchunks = (p.K + 31) / 32;
+  const uint8_t* crow[RT][2];
+  bool rok[RT][2];
+  mma::tile_rows<RT>(codes, p.ld, n0, g, p.N, crow, rok);
+  // the scale row this lane copies: tile row `lane` (lanes below 16 RT)
+  const bool srow_ok = lane < 16 * RT && n0 + lane < p.N;
+  const uint8_t* srow = scales + int64_t(srow_ok ? n0 + lane : 0) * p.sld;
+  mma::zero<RT, 1>(chain);
+
+  // block b into stage `st` (nothing past bhi); one commit group per call either way
+  auto issue = [&](int b, int st) {
+    uint8_t* dst = ring + st * kStage;
+    if (b < bhi) {
+      const int c = 4 * b + t;
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bool ok = rok[rt][h] && c < nchunks;
+          cp_async_16(dst + ((rt * 2 + h) * 32 + lane) * 16, crow[rt][h] + (ok ? int64_t(c) * 16 : 0), ok ? 16 : 0);
+        }
+      if (lane < 16 * RT) {
+        const int have = srow_ok ? min(4, nchunks - 4 * b) : 0;
+        cp_async_4(dst + kCode + lane * 4, srow + (have > 0 ? 4 * b : 0), have > 0 ? have : 0);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(blo + s, s);
+  int st = 0;
+  for (int b = blo; b < bhi; ++b) {
+    issue(b + S - 1, st == 0 ? S - 1 : st - 1);  // the stage of block b - 1, read last iteration
+    cp_async_wait<S - 1>();
+    __syncwarp();
+    const uint8_t* src = ring + st * kStage;
+    const bool live = 4 * b + t < nchunks;
+    WBlk wr[RT];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        wr[rt].v[h] = *reinterpret_cast<const uint4*>(src + ((rt * 2 + h) * 32 + lane) * 16);
+        const uint32_t sb = src[kCode + (rt * 16 + 8 * h + g) * 4 + t];
+        wr[rt].m[h] = scale_mult(live && rok[rt][h] ? sb : 127u);
+      }
+    __syncwarp();  // every lane has read the stage's scales before its copier refills it
+    const int kc = b * kMoeKBlock + 32 * t;
+    if ((b + 1) * kMoeKBlock <= p.K) block_mma<RT, 1, true>(wr, xr, tok, kc, p.K, chain);
+    else block_mma<RT, 1, false>(wr, xr, tok, kc, p.K, chain);
+    st = st + 1 == S ? 0 : st + 1;
+  }
+}
+
 
 // Activation rows of the token tile starting at pair t0 of an entry ending at `end`.
 template <int NT>
@@ -368,18 +426,22 @@ __device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int e
 }  // namespace moe_mma
 
 // ---- wide mode: CTA = (row tile, entry), warp j = chain j (blockDim.x == 32 * p.chains) ----
-template <int RT, int NT>
-constexpr int moe_wide_smem_floats(int chains) {
-  return chains * RT * 8 * NT * 17;
+// smem: mma::wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block (every thread of the
+// block must call it with the same tile_n and entry).
+// S > 0 (NT == 1 only): the staged chain with S stages per warp; `ring` then holds
+// P * moe_wide_ring_bytes<RT, S>() bytes (16-byte aligned), warp w's ring at w * that.
+template <int RT, int S>
+constexpr int moe_wide_ring_bytes() {
+  return S * moe_mma::staged_stage_bytes<RT>();
 }
 
-// smem: moe_wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block (every thread of the
-// block must call it with the same tile_n and entry).
-template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>()>
-__device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, int tid, float* smem) {
+template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>(), int S = 0>
+__device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, int tid, float* smem,
+                                                  uint8_t* ring = nullptr) {
+  static_assert(S == 0 || NT == 1, "the staged chain is for one token tile");
   if (entry >= *p.num_entries) return;  // block-uniform
   const int lane = tid & 31, warp = tid >> 5, P = p.chains;
-  const int g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2;
   const int slot = p.entry_slot[entry];
   const int begin = p.entry_begin[entry], end = p.entry_begin[entry + 1];
   const uint8_t* codes = p.codes + int64_t(slot) * p.slot_codes;
@@ -391,24 +453,16 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
     bool tok[NT];
     moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
     float chain[RT][NT][4];
-    moe_mma::chain_sum<RT, NT, U>(p, codes, scales, n0, xr, tok, moe_mma::chain_begin(warp, blocks, P),
-                               moe_mma::chain_begin(warp + 1, blocks, P), lane, chain);
-    // part[warp][rt][col][row 0..15], columns padded to 17
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = g + 8 * (i >> 1), c = nt * 8 + 2 * t + (i & 1);
-          smem[((warp * RT + rt) * 8 * NT + c) * 17 + r] = chain[rt][nt][i];
-        }
+    if constexpr (S > 0)
+      moe_mma::chain_sum_staged<RT, S>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
+                                       mma::chain_begin(warp + 1, blocks, P), lane,
+                                       ring + warp * moe_wide_ring_bytes<RT, S>(), chain);
+    else
+      moe_mma::chain_sum<RT, NT, U>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
+                                    mma::chain_begin(warp + 1, blocks, P), lane, chain);
+    mma::store_partials<RT, NT>(chain, warp, lane, smem);
     __syncthreads();
-    auto total = [&](int rt, int c, int r) {
-      float tot = smem[(rt * 8 * NT + c) * 17 + r];
-      for (int w = 1; w < P; ++w) tot = __fadd_rn(tot, smem[((w * RT + rt) * 8 * NT + c) * 17 + r]);
-      return tot;
-    };
+    auto total = [&](int rt, int c, int r) { return mma::ordered_total<RT, NT>(smem, P, rt, c, r); };
     if (!p.swiglu) {
       for (int o = tid; o < RT * 16 * 8 * NT; o += blockDim.x) {
         const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, pp = t0 + c;
@@ -434,14 +488,10 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
 }
 
 // ---- deep mode: one warp = one tile, chains one after another, persistent over the tile list ----
-template <int RT, int NT>
-constexpr int moe_deep_smem_floats_per_warp() {
-  return RT * NT * 4 * 32;
-}
 
 // Tiles i = warp_id, warp_id + nwarps, ... of the list (entry order; inside an entry token tile
 // major, row tile minor: the warps of a CTA share their tokens' activations through L1).
-// row_tiles = ceil(N / (16 RT)). wsmem: moe_deep_smem_floats_per_warp floats private to the warp.
+// row_tiles = ceil(N / (16 RT)). wsmem: mma::deep_smem_floats_per_warp<RT, NT>() floats private to the warp.
 // No block barrier.
 template <int RT, int NT>
 __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row_tiles, int warp_id, int nwarps,
@@ -476,18 +526,10 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
     moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
     float chain[RT][NT][4];
     for (int j = 0; j < P; ++j) {
-      moe_mma::chain_sum<RT, NT>(p, codes, scales, n0, xr, tok, moe_mma::chain_begin(j, blocks, P),
-                                 moe_mma::chain_begin(j + 1, blocks, P), lane, chain);
+      moe_mma::chain_sum<RT, NT>(p, codes, scales, n0, xr, tok, mma::chain_begin(j, blocks, P),
+                                 mma::chain_begin(j + 1, blocks, P), lane, chain);
       if (j + 1 == P) break;  // the last chain's sum is added straight from registers below
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            float& r = wsmem[((rt * NT + nt) * 4 + q) * 32 + lane];
-            r = j == 0 ? chain[rt][nt][q] : __fadd_rn(r, chain[rt][nt][q]);
-          }
+      mma::add_running<RT, NT>(wsmem, chain, j, lane);
     }
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
@@ -495,10 +537,7 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
       for (int nt = 0; nt < NT; ++nt) {
         float v[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float last = chain[rt][nt][q];
-          v[q] = P == 1 ? last : __fadd_rn(wsmem[((rt * NT + nt) * 4 + q) * 32 + lane], last);
-        }
+        for (int q = 0; q < 4; ++q) v[q] = mma::running_total<RT, NT>(wsmem, chain, P, rt, nt, q, lane);
         if (!p.swiglu) {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {

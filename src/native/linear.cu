@@ -69,7 +69,7 @@ __global__ void __maxnreg__(72) mma_decode_kernel(MmaLinearParams p) {
 
 template <WeightFmt W, ActFmt X, int RT, int NT>
 __global__ void __launch_bounds__(kernels::kMmaDeepWarps * 32, 1) mma_deep_kernel(MmaLinearParams p, int tiles_n) {
-  constexpr int kPerWarp = kernels::mma_deep_smem_floats_per_warp<RT, NT>();
+  constexpr int kPerWarp = kernels::mma::deep_smem_floats_per_warp<RT, NT>();
   __shared__ float smem[kernels::kMmaDeepWarps * kPerWarp];
   const int warp = int(threadIdx.x) >> 5;
   const int tile_n = int(blockIdx.x) * kernels::kMmaDeepWarps + warp;
@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(kernels::kMmaDeepWarps * 32, 1) mma_deep_kerne
 template <WeightFmt W, ActFmt X, int RT, int NT>
 void launch_wide(const MmaLinearParams& p, cudaStream_t s) {
   const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned((p.M + 8 * NT - 1) / (8 * NT)));
-  const size_t smem = size_t(kernels::mma_wide_smem_floats<RT, NT>(p.chains)) * sizeof(float);
-  static_assert(size_t(kernels::mma_wide_smem_floats<RT, NT>(kernels::kMmaMaxChains)) * 4 <= 48 * 1024,
+  const size_t smem = size_t(kernels::mma::wide_smem_floats<RT, NT>(p.chains)) * sizeof(float);
+  static_assert(size_t(kernels::mma::wide_smem_floats<RT, NT>(kernels::kMmaMaxChains)) * 4 <= 48 * 1024,
                 "wide tile needs more than the default shared memory");
   if constexpr (RT == 1 && NT == 1) mma_decode_kernel<W, X><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
   else mma_wide_kernel<W, X, RT, NT><<<grid, unsigned(32 * p.chains), smem, s>>>(p);

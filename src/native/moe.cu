@@ -5,7 +5,6 @@
 // M3_MOE_GEMV=1 in the environment: the fallback and the yardstick).
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,21 +30,35 @@ __global__ void __launch_bounds__(32 * kMoeWarpsPerBlock) moe_gemv_kernel(kernel
 // Tensor-core tilings: wide (decode) 32 rows x 8 pairs per CTA and P warps; deep (prefill) 32 rows
 // x 32 pairs per warp (two CTAs of 4 warps per SM: up to 255 registers). Any tiling gives the same
 // bits (moe_mma.cuh); these are speed choices.
-constexpr int kWideRT = 2, kWideNT = 1, kDeepRT = 2, kDeepNT = 4;
+// Staged wide kernel: 3 stages per warp (H200, 2026-11-30, tp4 experts: 3 and 4 stages within 2%,
+// 6 slower; 10-18% faster than the register pipeline at M = 2-16, equal at M = 1).
+constexpr int kWideRT = 2, kWideNT = 1, kDeepRT = 2, kDeepNT = 4, kWideStages = 3;
 constexpr int kDeepCtasPerSm = 2;  // the deep kernel's launch bounds: its persistent grid is one wave
 
-template <int RT, int NT, int U>
+// Dynamic shared memory of the wide kernel: the chain partials, then (staged, S > 0) the warps' rings.
+template <int RT, int NT>
+__host__ __device__ inline size_t wide_partials_bytes(int chains) {
+  return (size_t(kernels::mma::wide_smem_floats<RT, NT>(chains)) * sizeof(float) + 15) / 16 * 16;
+}
+template <int RT, int NT, int S>
+size_t wide_smem_bytes(int chains) {
+  return wide_partials_bytes<RT, NT>(chains) + size_t(chains) * size_t(S > 0 ? kernels::moe_wide_ring_bytes<RT, S>() : 0);
+}
+
+template <int RT, int NT, int U, int S>
 __global__ void __launch_bounds__(32 * kernels::kMoeMaxChains) moe_wide_kernel(kernels::MoeMmaParams p) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
+  uint8_t* ring = S > 0 ? reinterpret_cast<uint8_t*>(smem) + wide_partials_bytes<RT, NT>(p.chains) : nullptr;
   // entries in reverse launch order: the last real entry (the shared expert, which has every token
   // and so the most token tiles) starts first instead of last
-  kernels::moe_mma_wide_work<RT, NT, U>(p, int(blockIdx.x), int(gridDim.y - 1 - blockIdx.y), int(threadIdx.x), smem);
+  kernels::moe_mma_wide_work<RT, NT, U, S>(p, int(blockIdx.x), int(gridDim.y - 1 - blockIdx.y), int(threadIdx.x),
+                                           smem, ring);
 }
 
 template <int RT, int NT>
 __global__ void __launch_bounds__(32 * kernels::kMoeDeepWarps, kDeepCtasPerSm)
     moe_deep_kernel(kernels::MoeMmaParams p, int row_tiles) {
-  constexpr int kPerWarp = kernels::moe_deep_smem_floats_per_warp<RT, NT>();
+  constexpr int kPerWarp = kernels::mma::deep_smem_floats_per_warp<RT, NT>();
   __shared__ float smem[kernels::kMoeDeepWarps * kPerWarp];
   const int warp = int(threadIdx.x) >> 5;
   kernels::moe_mma_deep_work<RT, NT>(p, row_tiles, int(blockIdx.x) * kernels::kMoeDeepWarps + warp,
@@ -144,41 +157,37 @@ MoeKernel current_kernel() {
 }
 
 // One projection for the entries of a list on tensor cores: wide or deep (same bits either way).
-// EXPERIMENT (temporary): M3_MOE_EXP="RT,U,warps_per_sm" picks the wide tiling and chain count.
-struct Exp {
-  int rt = kWideRT, u = 0, wps = 16;
-};
-Exp exp_knobs() {
-  static Exp e = [] {
-    Exp x;
-    if (const char* s = std::getenv("M3_MOE_EXP")) std::sscanf(s, "%d,%d,%d", &x.rt, &x.u, &x.wps);
-    return x;
-  }();
-  return e;
-}
-
-template <int RT, int U>
+// The wide kernel: staged (S stages per warp, cp.async) when the scale rows allow it, else the
+// register pipeline (U blocks per load group); the same bits either way.
+template <int RT, int U, int S = 0>
 void launch_wide(const kernels::MoeMmaParams& p, int entries, cudaStream_t s) {
   constexpr int NT = kWideNT;
   const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned(entries));
-  const size_t smem = size_t(kernels::moe_wide_smem_floats<RT, NT>(p.chains)) * sizeof(float);
-  static_assert(size_t(kernels::moe_wide_smem_floats<RT, NT>(kernels::kMoeMaxChains)) * 4 <= 48 * 1024,
-                "wide tile needs more than the default shared memory");
+  const size_t smem = wide_smem_bytes<RT, NT, S>(p.chains);
+  static const bool big = [] {  // the most any launch asks for (kMoeMaxChains warps), once
+    const size_t most = wide_smem_bytes<RT, NT, S>(kernels::kMoeMaxChains);
+    if (most > 48 * 1024)
+      M3_CUDA_CHECK(cudaFuncSetAttribute(moe_wide_kernel<RT, NT, U, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(most)));
+    return true;
+  }();
+  (void)big;
   M3_CHECK(entries < 65536, "moe: {} entries", entries);
-  moe_wide_kernel<RT, NT, U><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
+  moe_wide_kernel<RT, NT, U, S><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
+}
+
+// The staged chain needs 4-byte aligned scale rows (kernels/moe_mma.cuh).
+bool stageable(const kernels::MoeMmaParams& p) {
+  return p.sld % 4 == 0 && p.slot_scales % 4 == 0 && reinterpret_cast<uintptr_t>(p.scales) % 4 == 0;
 }
 
 void launch_moe_mma(kernels::MoeMmaParams p, int entries, bool deep, cudaStream_t s) {
   if (entries == 0) return;
-  const Exp ex = exp_knobs();
-  p.chains = kernels::moe_mma_chains(p.N, p.K, device_sm_count(), ex.wps);
-  if (!deep) {
-    if (ex.rt == 1 && ex.u == 1) launch_wide<1, 1>(p, entries, s);
-    else if (ex.rt == 1 && ex.u == 4) launch_wide<1, 4>(p, entries, s);
-    else if (ex.rt == 1) launch_wide<1, 2>(p, entries, s);
-    else if (ex.rt == 2 && ex.u == 2) launch_wide<2, 2>(p, entries, s);
-    else if (ex.rt == 4) launch_wide<4, 1>(p, entries, s);
-    else launch_wide<2, 1>(p, entries, s);
+  p.chains = kernels::moe_mma_chains(p.N, p.K, device_sm_count());
+  if (!deep && stageable(p)) {
+    launch_wide<kWideRT, 1, kWideStages>(p, entries, s);
+  } else if (!deep) {
+    launch_wide<kWideRT, kernels::moe_mma::blocks_in_flight<kWideRT, kWideNT>()>(p, entries, s);
   } else {
     constexpr int RT = kDeepRT, NT = kDeepNT;
     const int row_tiles = (p.N + 16 * RT - 1) / (16 * RT);

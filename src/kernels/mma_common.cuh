@@ -1,0 +1,140 @@
+// What the batch-invariant tensor-core kernels (mma_linear.cuh: FP8 / BF16 linear layers,
+// moe_mma.cuh: MXFP4 experts) share: the bf16 MMA and operand helpers, the chain split of K, and
+// the two ways chain sums meet in their fixed order (the invariance contract of both headers):
+//   wide mode: warp j of a CTA holds chain j's sums; they go to shared memory as
+//     part[j][rt][column][row 0..15] (columns padded to 17 floats) and a row total is
+//     chain 0 + chain 1 + ... + chain P-1, left to right (ordered_total);
+//   deep mode: one warp walks the chains one after another; chains 0..j-1 are summed left to right
+//     into a per-warp running total in shared memory (add_running), the last chain is added from
+//     registers (running_total).
+// Accumulator fragment layout (mma.sync m16n8k16, swap-AB): chain[rt][nt][i] is row
+// rt*16 + g + 8*(i >> 1), column (token) nt*8 + 2t + (i & 1) of the warp's tile; g = lane / 4,
+// t = lane % 4.
+#pragma once
+#include <cstdint>
+
+namespace m3::kernels::mma {
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// bf16x2 {lo element, hi element}, round to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16x2(float e0, float e1) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(e1), "f"(e0));
+  return d;
+}
+
+// x = hi + lo for a pair of fp32 values (hi = bf16(x), lo = bf16(x - hi)).
+__device__ __forceinline__ void split_hi_lo(float e0, float e1, uint32_t& hi, uint32_t& lo) {
+  hi = pack_bf16x2(e0, e1);
+  const float r0 = __fsub_rn(e0, __uint_as_float(hi << 16));
+  const float r1 = __fsub_rn(e1, __uint_as_float(hi & 0xffff0000u));
+  lo = pack_bf16x2(r0, r1);
+}
+
+// Rows n0 + rt*16 + g + 8h (a lane's rows of a warp's row tiles) of a [N][ld]-byte tensor: their
+// starts, and whether they exist (rows at or past N point at row 0; callers mask them).
+template <int RT>
+__device__ __forceinline__ void tile_rows(const uint8_t* base, int64_t ld, int n0, int g, int N,
+                                          const uint8_t* (&row)[RT][2], bool (&ok)[RT][2]) {
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + rt * 16 + g + 8 * h;
+      ok[rt][h] = n < N;
+      row[rt][h] = base + int64_t(ok[rt][h] ? n : 0) * ld;
+    }
+}
+
+// Accumulator fragments: all +0, and chain += blk element by element (one fp32 add each).
+template <int RT, int NT>
+__device__ __forceinline__ void zero(float (&f)[RT][NT][4]) {
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[rt][nt][i] = 0.f;
+}
+template <int RT, int NT>
+__device__ __forceinline__ void add_into(float (&chain)[RT][NT][4], const float (&blk)[RT][NT][4]) {
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) chain[rt][nt][i] = __fadd_rn(chain[rt][nt][i], blk[rt][nt][i]);
+}
+
+// Chain j of P covers blocks [chain_begin(j), chain_begin(j + 1)) of `blocks`.
+__device__ __forceinline__ int chain_begin(int j, int blocks, int P) { return int(int64_t(j) * blocks / P); }
+
+// ---- wide mode ----
+template <int RT, int NT>
+constexpr int wide_smem_floats(int chains) {
+  return chains * RT * 8 * NT * 17;
+}
+
+// Warp `warp`'s chain sums into part[warp] (the block must synchronize before ordered_total).
+template <int RT, int NT>
+__device__ __forceinline__ void store_partials(const float (&chain)[RT][NT][4], int warp, int lane, float* smem) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = g + 8 * (i >> 1), c = nt * 8 + 2 * t + (i & 1);
+        smem[((warp * RT + rt) * 8 * NT + c) * 17 + r] = chain[rt][nt][i];
+      }
+}
+
+// Row r (0..15) of row tile rt, column c: chain 0 + chain 1 + ... + chain P-1.
+template <int RT, int NT>
+__device__ __forceinline__ float ordered_total(const float* smem, int P, int rt, int c, int r) {
+  float tot = smem[(rt * 8 * NT + c) * 17 + r];
+  for (int w = 1; w < P; ++w) tot = __fadd_rn(tot, smem[((w * RT + rt) * 8 * NT + c) * 17 + r]);
+  return tot;
+}
+
+// ---- deep mode ----
+template <int RT, int NT>
+constexpr int deep_smem_floats_per_warp() {
+  return RT * NT * 4 * 32;
+}
+
+// After chain j (< P - 1): running = chain 0 (j == 0) or running + chain j.
+template <int RT, int NT>
+__device__ __forceinline__ void add_running(float* wsmem, const float (&chain)[RT][NT][4], int j, int lane) {
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float& r = wsmem[((rt * NT + nt) * 4 + i) * 32 + lane];
+        r = j == 0 ? chain[rt][nt][i] : __fadd_rn(r, chain[rt][nt][i]);
+      }
+}
+
+// The total of fragment (rt, nt, i): the running total of chains 0..P-2 plus the last chain.
+template <int RT, int NT>
+__device__ __forceinline__ float running_total(const float* wsmem, const float (&last)[RT][NT][4], int P, int rt,
+                                               int nt, int i, int lane) {
+  return P == 1 ? last[rt][nt][i] : __fadd_rn(wsmem[((rt * NT + nt) * 4 + i) * 32 + lane], last[rt][nt][i]);
+}
+
+}  // namespace m3::kernels::mma
