@@ -2,6 +2,7 @@
 #include "serve/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -97,6 +98,20 @@ struct Server::Impl {
   ServerCounters counters;
   std::mt19937_64 rng{std::random_device{}()};
   std::condition_variable idle_cv;
+  int listen_fd = -1;  // the listening socket (set_socket_options sees it before bind)
+
+  // cpp-httplib listens with a backlog of 5 (compiled into the shared library). A burst of new
+  // connections larger than that overflows the accept queue (the kernel drops the handshake's last
+  // ACK; a client that already sent its request waits on retransmits or sees a reset). Measured on
+  // 2026-11-30: /proc/net/netstat ListenOverflows grew by 40 during a 3-minute CPU soak, and a
+  // GPU soak lost 55 of 17,378 requests as client-side "HTTP failure: Read" that the server never
+  // logged (connection-level). Listening again on the bound socket widens the queue (Linux caps
+  // it at net.core.somaxconn).
+  static constexpr int kListenBacklog = 1024;
+  void widen_backlog() {
+    M3_CHECK(listen_fd >= 0 && ::listen(listen_fd, kListenBacklog) == 0,
+             "serve: cannot widen the listen backlog of socket {} to {}", listen_fd, kListenBacklog);
+  }
 
   Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)) {
     limits.model = opt.model_name;
@@ -268,9 +283,10 @@ struct Server::Impl {
     // NOTE: httplib's default sets SO_REUSEPORT, which lets a second server bind a port that is
     // already serving (and silently share its traffic). SO_REUSEADDR alone still allows a quick
     // restart over TIME_WAIT connections, but a live listener makes bind() fail.
-    http.set_socket_options([](auto sock) {
+    http.set_socket_options([this](auto sock) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listen_fd = int(sock);
     });
     http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
       std::lock_guard lk(mu);
@@ -353,10 +369,12 @@ int Server::bind() {
   if (o.port == 0) {
     int port = impl_->http.bind_to_any_port(o.host);
     M3_CHECK(port > 0, "serve: cannot bind {} (any port)", o.host);
+    impl_->widen_backlog();
     return port;
   }
   M3_CHECK(impl_->http.bind_to_port(o.host, o.port), "serve: cannot bind {}:{} (in use, or not a local address?)",
            o.host, o.port);
+  impl_->widen_backlog();
   return o.port;
 }
 

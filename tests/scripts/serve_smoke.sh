@@ -16,6 +16,15 @@ trap 'kill_server_on_exit; rm -rf "$tmp"' EXIT
 start_server "$bin" "$tmp" --device cpu --threads 2 --cache-blocks 12 --max-num-seqs 8 --max-step-tokens 64
 
 rc=0
+# The listen backlog must be widened past cpp-httplib's 5 (serve/server.cpp): a burst of new
+# connections overflowed the accept queue and lost requests as connection resets. For a listening
+# socket, ss shows the backlog as Send-Q; Linux caps it at net.core.somaxconn.
+want=$(( $(cat /proc/sys/net/core/somaxconn) < 1024 ? $(cat /proc/sys/net/core/somaxconn) : 1024 ))
+backlog=$(ss -ltnH "sport = :$SERVER_PORT" | awk '{print $3}' | head -n 1)
+if [[ "${backlog:-0}" -lt "$want" ]]; then
+  echo "FAIL: listen backlog of port $SERVER_PORT is ${backlog:-unknown}, expected >= $want"
+  rc=1
+fi
 "$bin" smoke --url "http://127.0.0.1:$SERVER_PORT" --concurrency 8,5,4,2,1 --requests 16 --distinct 10 \
   --max-tokens 12 --max-prompt 40 --duration "$soak" || rc=$?
 curl -s "http://127.0.0.1:$SERVER_PORT/metrics" | grep -E '^m3_(preemptions_total|steps_total|requests_finished_total|http_client_disconnects_total|cache_blocks_used)[ {]' || true
