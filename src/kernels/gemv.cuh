@@ -8,7 +8,10 @@
 // threads: thread i reads 16-byte chunks i, i + 128, ... of each of the R rows (U chunks per row
 // in flight), multiplies them with the matching activations of up to MT tokens, and the block
 // sums the partial products in a fixed order (no atomics: the result is independent of timing).
-// Tokens beyond MT are done in further passes over the same rows (re-read from L2).
+// A work item covers tokens [t_begin, t_end) in passes of MT (the launcher gives each block one
+// pass of its own MT tokens when M > MT, so prefill-sized M spreads over the GPU). A token's
+// value depends only on its own activations: thread i's chunks are summed in the order i, i + 128,
+// ... whatever MT, U, the pass or the block, and block_sum's order is fixed.
 #pragma once
 #include <cstdint>
 
@@ -44,10 +47,10 @@ constexpr int gemv_smem_floats() {
 }
 inline int gemv_work_items(int N, int mt) { return (N + (mt <= 4 ? 4 : 2) - 1) / (mt <= 4 ? 4 : 2); }
 
-// One work item. All kGemvThreads threads of the block call it (it synchronizes the block).
-// smem: gemv_smem_floats<MT>() floats.
+// One work item over tokens [t_begin, t_end). All kGemvThreads threads of the block call it (it
+// synchronizes the block). smem: gemv_smem_floats<MT>() floats.
 template <WeightFmt W, ActFmt X, int MT>
-__device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid, float* smem) {
+__device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid, float* smem, int t_begin, int t_end) {
   constexpr int R = GemvTile<MT>::R, U = GemvTile<MT>::U;
   constexpr int E = wstream::Chunk<W>::kElems;
   const int n0 = work * R;
@@ -56,7 +59,7 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid
 #pragma unroll
   for (int r = 0; r < R; ++r) wrow[r] = p.w + int64_t(min(n0 + r, p.N - 1)) * p.ld_w;
 
-  for (int t0 = 0; t0 < p.M; t0 += MT) {
+  for (int t0 = t_begin; t0 < t_end; t0 += MT) {
     float acc[MT * R];
 #pragma unroll
     for (int i = 0; i < MT * R; ++i) acc[i] = 0.f;
@@ -90,7 +93,7 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid
     if (!p.swiglu) {
       if (tid < MT * R) {
         const int t = t0 + tid / R, n = n0 + tid % R;
-        if (t < p.M && n < p.N) {
+        if (t < t_end && n < p.N) {
           float v = smem[tid];
           if constexpr (W == WeightFmt::FP8) v *= p.w_scale[n];
           p.y[int64_t(t) * p.ld_y + n] = v;
@@ -98,7 +101,7 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid
       }
     } else if (tid < MT * R / 2) {
       const int t = t0 + tid / (R / 2), j = tid % (R / 2), n = n0 + 2 * j;
-      if (t < p.M && n + 1 < p.N) {
+      if (t < t_end && n + 1 < p.N) {
         float g = smem[(tid / (R / 2)) * R + 2 * j], u = smem[(tid / (R / 2)) * R + 2 * j + 1];
         if constexpr (W == WeightFmt::FP8) {
           g *= p.w_scale[n];

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "core/parallel.h"
@@ -284,4 +286,52 @@ TEST(GpuGemv, RejectsBadArguments) {
   EXPECT_THROW(native::linear_fp8(w, x, 1, y, 3, nullptr), Error);  // output ld 3 < 4 rows
   x.dtype = DType::F16;
   EXPECT_THROW(native::linear_fp8(w, x, 1, y, 4, nullptr), Error);
+}
+
+// The CUDA-core GEMV (the router's path) gives a token the same bits whatever else is in the
+// call: M tokens in one call (one block per 16 tokens once M > 16), the same tokens one at a time
+// and in other groupings. The router's logits must not depend on the batch (serving's batch
+// invariance), and prefill spreads its tokens over blocks.
+TEST(GpuGemv, RowsDoNotDependOnM) {
+  const uint32_t seed = gpu_test_seed() + 9;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  struct C {
+    int N, K;
+    DType wt;
+  };
+  for (const C& c : {C{128, 6144, DType::F32}, C{31, 333, DType::F32}, C{257, 333, DType::BF16}}) {
+    Mat w = random_weight(rng, c.N, c.K);
+    DenseDev d = upload_dense(w, c.wt);
+    const int64_t ldx = (c.K + 7) / 8 * 8;
+    const int M = 300;
+    auto x = random_acts(rng, M, c.K, ldx);
+    for (DType xt : {DType::F32, DType::BF16}) {
+      auto call = [&](int m0, int m) {  // tokens [m0, m0 + m) in one call
+        std::vector<float> xs(x.begin() + int64_t(m0) * ldx, x.begin() + int64_t(m0 + m) * ldx);
+        return run_linear(xs, m, c.K, ldx, xt, c.N, [&](native::ActIn a, float* y, int64_t ldy) {
+          native::linear_dense(d.view(), a, m, y, ldy, nullptr, nullptr, native::LinearPath::Gemv);
+        });
+      };
+      const auto all = call(0, M);
+      const int64_t ldy = c.N + 3;
+      int compared = 0;
+      // groupings: one token, a few tokens, one pass, just over a pass, an odd large group
+      std::uniform_int_distribution<int> pick(0, M - 1);
+      for (int m : {1, 1, 3, 16, 17, 45, 130}) {
+        const int m0 = std::min(pick(rng), M - m);
+        const auto part = call(m0, m);
+        for (int t = 0; t < m; ++t)
+          for (int n = 0; n < c.N; ++n) {
+            const float a = all[size_t(m0 + t) * ldy + n], b = part[size_t(t) * ldy + n];
+            ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << "token " << m0 + t << " row " << n;
+            ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << c.N << "x" << c.K << " token " << m0 + t << " row " << n << " in a call of "
+                                                 << m << ": " << a << " vs " << b << " (all " << M << " tokens)";
+            ++compared;
+          }
+      }
+      std::printf("GpuGemv invariance %dx%d %s x %s: %d values bitwise equal\n", c.N, c.K, std::string(dtype_name(c.wt)).c_str(),
+                  xt == DType::F32 ? "f32" : "bf16", compared);
+    }
+  }
 }
