@@ -8,6 +8,9 @@ start_server() {
   shift 2
   "$bin" make-tiny --out "$dir/model" >"$dir/make-tiny.log" 2>&1 || { cat "$dir/make-tiny.log"; return 1; }
   SERVER_LOG="$dir/serve.log"
+  # created here: the background job's redirect may open it only after the loop below first reads
+  # it (seen under load: sed found no file and `set -e` ended the test)
+  : >"$SERVER_LOG"
   "$bin" serve --model "$dir/model" --served-model-name tiny --port 0 "$@" >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!
   SERVER_PORT=""
