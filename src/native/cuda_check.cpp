@@ -4,6 +4,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace m3 {
 bool sync_after_launch() {
@@ -26,6 +29,20 @@ int device_sm_count() {
     cache[size_t(dev)].store(n, std::memory_order_relaxed);
   }
   return n;
+}
+
+void allow_dynamic_smem(const void* kernel, size_t bytes) {
+  constexpr size_t kDefault = 48 * 1024;
+  if (bytes <= kDefault) return;
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, size_t> limit;  // (device, kernel) -> bytes set
+  int dev = 0;
+  M3_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard lk(mu);
+  size_t& have = limit[{dev, kernel}];
+  if (bytes <= have) return;
+  M3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  have = bytes;
 }
 }  // namespace native
 }  // namespace m3

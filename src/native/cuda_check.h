@@ -12,6 +12,11 @@ namespace native {
 // Multiprocessor count of the current device (read once per device, then cached). Kernel shapes
 // that fix a reduction order (split counts, chains) depend on it and on the problem shape only.
 int device_sm_count();
+// Lets `kernel` be launched with `bytes` of dynamic shared memory on the current device: raises
+// its limit (cudaFuncAttributeMaxDynamicSharedMemorySize) when bytes exceed the default 48 KB and
+// what was set for it on this device before. The limit is per device, so a process driving
+// several GPUs sets it on each. Not a stream operation: safe while a graph is being captured.
+void allow_dynamic_smem(const void* kernel, size_t bytes);
 }  // namespace native
 }  // namespace m3
 

@@ -84,8 +84,7 @@ void indexer_select(const IndexerArgs& a, const StepMetadataView& meta, const Kv
 
   const size_t smem2 = size_t(kernels::indexer_topk_smem_bytes(mqb));
   M3_CHECK(smem2 <= 200 * 1024, "indexer: {} blocks of context exceed the top-k kernel's shared memory", mqb);
-  if (smem2 > 48 * 1024)
-    M3_CUDA_CHECK(cudaFuncSetAttribute(indexer_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem2)));
+  allow_dynamic_smem(reinterpret_cast<const void*>(indexer_topk_kernel), smem2);
   indexer_topk_kernel<<<unsigned(int64_t(T) * a.index_heads), kTopkThreads, smem2, stream>>>(p);
   M3_LAUNCH_CHECK(stream);
 }

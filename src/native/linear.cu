@@ -57,6 +57,18 @@ void check_act(const ActIn& x, int K, int M, const char* what) {
            "{}: activation rows must be 16-byte aligned with ld >= K (ld {}, K {})", what, x.ld, K);
 }
 
+// The weight [N x K] (16-byte aligned rows of ld_w >= K elements), FP8 row scales, and the output.
+void check_weight_out(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const float* y,
+                      int64_t ld_y, bool swiglu, const char* what) {
+  const int64_t esize = wdtype == DType::F8_E4M3 ? 1 : int64_t(dtype_size(wdtype));
+  M3_CHECK(w && N > 0 && K > 0 && ld_w % 16 == 0 && ld_w >= K * esize && reinterpret_cast<uintptr_t>(w) % 16 == 0,
+           "{}: weight [{} x {}] {} needs 16-byte aligned rows of ld >= {} bytes (ld {})", what, N, K,
+           dtype_name(wdtype), K * esize, ld_w);
+  M3_CHECK(wdtype != DType::F8_E4M3 || w_scale, "{}: FP8 weights need their row scales", what);
+  M3_CHECK(!swiglu || N % 2 == 0, "{}: SwiGLU needs an even row count, got {}", what, N);
+  M3_CHECK(y && ld_y >= (swiglu ? N / 2 : N), "{}: output ld {} < {}", what, ld_y, swiglu ? N / 2 : N);
+}
+
 // ---- tensor-core kernel ----
 
 using kernels::MmaLinearParams;
@@ -138,12 +150,7 @@ void* LinearContext::scratch(int which, size_t bytes) {
 void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
           float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream) {
   check_act(x, K, M, "gemv");
-  const int64_t esize = wdtype == DType::F8_E4M3 ? 1 : int64_t(dtype_size(wdtype));
-  M3_CHECK(w && N > 0 && K > 0 && ld_w % 16 == 0 && ld_w >= K * esize && reinterpret_cast<uintptr_t>(w) % 16 == 0,
-           "gemv: weight [{} x {}] {} needs 16-byte aligned rows of ld >= {} bytes (ld {})", N, K, dtype_name(wdtype),
-           K * esize, ld_w);
-  M3_CHECK(!swiglu || N % 2 == 0, "gemv: SwiGLU needs an even row count, got {}", N);
-  M3_CHECK(y && ld_y >= (swiglu ? N / 2 : N), "gemv: output ld {} < {}", ld_y, swiglu ? N / 2 : N);
+  check_weight_out(w, wdtype, w_scale, ld_w, N, K, y, ld_y, swiglu, "gemv");
   kernels::GemvParams p;
   p.w = static_cast<const uint8_t*>(w);
   p.w_scale = w_scale;
@@ -159,9 +166,7 @@ void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N
   p.alpha = alpha;
   p.limit = limit;
   switch (wdtype) {
-    case DType::F8_E4M3:
-      M3_CHECK(w_scale, "gemv: FP8 weights need their row scales");
-      return launch_gemv_x<WeightFmt::FP8>(p, x.dtype, stream);
+    case DType::F8_E4M3: return launch_gemv_x<WeightFmt::FP8>(p, x.dtype, stream);
     case DType::BF16: return launch_gemv_x<WeightFmt::BF16>(p, x.dtype, stream);
     case DType::F32: return launch_gemv_x<WeightFmt::F32>(p, x.dtype, stream);
     default: M3_FAIL("gemv: unsupported weight dtype {}", dtype_name(wdtype));
@@ -186,13 +191,7 @@ void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w,
   check_act(x, K, M, "mma_linear");
   M3_CHECK(wdtype == DType::F8_E4M3 || wdtype == DType::BF16, "mma_linear: weights must be F8_E4M3 or BF16, got {}",
            dtype_name(wdtype));
-  const int64_t esize = wdtype == DType::F8_E4M3 ? 1 : 2;
-  M3_CHECK(w && N > 0 && K > 0 && ld_w % 16 == 0 && ld_w >= K * esize && reinterpret_cast<uintptr_t>(w) % 16 == 0,
-           "mma_linear: weight [{} x {}] {} needs 16-byte aligned rows of ld >= {} bytes (ld {})", N, K,
-           dtype_name(wdtype), K * esize, ld_w);
-  M3_CHECK(!swiglu || N % 2 == 0, "mma_linear: SwiGLU needs an even row count, got {}", N);
-  M3_CHECK(y && ld_y >= (swiglu ? N / 2 : N), "mma_linear: output ld {} < {}", ld_y, swiglu ? N / 2 : N);
-  M3_CHECK(wdtype != DType::F8_E4M3 || w_scale, "mma_linear: FP8 weights need their row scales");
+  check_weight_out(w, wdtype, w_scale, ld_w, N, K, y, ld_y, swiglu, "mma_linear");
   M3_CHECK(M <= 65535 * 8, "mma_linear: M {} too large for one launch", M);
   MmaLinearParams p;
   p.w = static_cast<const uint8_t*>(w);

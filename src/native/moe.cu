@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(32 * kMoeWarpsPerBlock) moe_gemv_kernel(kernel
 // Tensor-core tilings: wide (decode) 32 rows x 8 pairs per CTA and P warps; deep (prefill) 32 rows
 // x 32 pairs per warp (two CTAs of 4 warps per SM: up to 255 registers). Any tiling gives the same
 // bits (moe_mma.cuh); these are speed choices.
-// Staged wide kernel: 3 stages per warp (H200, 2026-11-30, tp4 experts: 3 and 4 stages within 2%,
+// Staged wide kernel: 3 stages per warp (H200, 2026-11-30, tp4 experts: 3 and 4 stages within 3%,
 // 6 slower; 10-18% faster than the register pipeline at M = 2-16, equal at M = 1).
 constexpr int kWideRT = 2, kWideNT = 1, kDeepRT = 2, kDeepNT = 4, kWideStages = 3;
 constexpr int kDeepCtasPerSm = 2;  // the deep kernel's launch bounds: its persistent grid is one wave
@@ -164,14 +164,7 @@ void launch_wide(const kernels::MoeMmaParams& p, int entries, cudaStream_t s) {
   constexpr int NT = kWideNT;
   const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned(entries));
   const size_t smem = wide_smem_bytes<RT, NT, S>(p.chains);
-  static const bool big = [] {  // the most any launch asks for (kMoeMaxChains warps), once
-    const size_t most = wide_smem_bytes<RT, NT, S>(kernels::kMoeMaxChains);
-    if (most > 48 * 1024)
-      M3_CUDA_CHECK(cudaFuncSetAttribute(moe_wide_kernel<RT, NT, U, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(most)));
-    return true;
-  }();
-  (void)big;
+  allow_dynamic_smem(reinterpret_cast<const void*>(moe_wide_kernel<RT, NT, U, S>), smem);
   M3_CHECK(entries < 65536, "moe: {} entries", entries);
   moe_wide_kernel<RT, NT, U, S><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
 }
@@ -197,10 +190,12 @@ void launch_moe_mma(kernels::MoeMmaParams p, int entries, bool deep, cudaStream_
   M3_LAUNCH_CHECK(s);
 }
 
-kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin, const int32_t* num,
-                                 const int32_t* pair_row, const uint16_t* xs, int64_t ld_xs, float* y, int64_t ld_y,
-                                 uint16_t* ys, int64_t ld_ys, bool swiglu, const MoeWeights& w) {
-  kernels::MoeMmaParams p;
+// The fields the tensor-core and the CUDA-core expert kernels' params share: the experts, the
+// entry lists they walk, the output and the SwiGLU epilogue.
+template <class P>
+P expert_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin, const int32_t* num,
+                const int32_t* pair_row, float* y, int64_t ld_y, bool swiglu, const MoeWeights& w) {
+  P p;
   p.codes = e.codes;
   p.scales = e.scales;
   p.ld = e.ld;
@@ -213,42 +208,32 @@ kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, con
   p.entry_begin = begin;
   p.num_entries = num;
   p.pair_row = pair_row;
-  p.xs = xs;
-  p.ld_xs = ld_xs;
   p.y = y;
   p.ld_y = ld_y;
-  p.ys = ys;
-  p.ld_ys = ld_ys;
   p.swiglu = swiglu ? 1 : 0;
   p.alpha = w.alpha;
   p.limit = w.limit;
   return p;
 }
 
+kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin, const int32_t* num,
+                                 const int32_t* pair_row, const uint16_t* xs, int64_t ld_xs, float* y, int64_t ld_y,
+                                 uint16_t* ys, int64_t ld_ys, bool swiglu, const MoeWeights& w) {
+  auto p = expert_params<kernels::MoeMmaParams>(e, slot, begin, num, pair_row, y, ld_y, swiglu, w);
+  p.xs = xs;
+  p.ld_xs = ld_xs;
+  p.ys = ys;
+  p.ld_ys = ld_ys;
+  return p;
+}
+
 kernels::MoeGemvParams gemv_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin,
                                    const int32_t* num, const int32_t* pair_row, const void* x, int64_t ld_x, float* y,
                                    int64_t ld_y, bool swiglu, const MoeWeights& w) {
-  kernels::MoeGemvParams p;
-  p.codes = e.codes;
-  p.scales = e.scales;
-  p.ld = e.ld;
-  p.sld = e.sld;
-  p.slot_codes = e.slot_codes;
-  p.slot_scales = e.slot_scales;
-  p.N = e.rows;
-  p.K = e.cols;
+  auto p = expert_params<kernels::MoeGemvParams>(e, slot, begin, num, pair_row, y, ld_y, swiglu, w);
   p.groups = kernels::moe_gemv_groups(e.rows);
-  p.entry_slot = slot;
-  p.entry_begin = begin;
-  p.num_entries = num;
-  p.pair_row = pair_row;
   p.x = x;
   p.ld_x = ld_x;
-  p.y = y;
-  p.ld_y = ld_y;
-  p.swiglu = swiglu ? 1 : 0;
-  p.alpha = w.alpha;
-  p.limit = w.limit;
   return p;
 }
 
