@@ -32,37 +32,11 @@
 #include <cstdint>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/attention_params.h"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
 
-// NOTE: 8 warps x 2 heads rather than 4 x 4: at decode each warp's instruction stream is the
-// latency chain (one warp per scheduler), so halving the heads per warp halves the time per tile.
-constexpr int kAttnWarps = 8;
-constexpr int kAttnHeadsPerWarp = 2;
-constexpr int kAttnMaxGroup = kAttnWarps * kAttnHeadsPerWarp;  // 16 query heads per KV head
-constexpr int kAttnTile = 32;                                  // keys per tile (one per lane)
-
-struct AttentionParams {
-  const float* q = nullptr;        // [T, H*D] (normed, rotated)
-  const void* k_cache = nullptr;   // [slots, KV, D]
-  const void* v_cache = nullptr;   // [slots, KV, D]
-  float k_scale = 1, v_scale = 1;
-  const int32_t* positions = nullptr;     // [T]
-  const int32_t* token_seq = nullptr;     // [T]
-  const int32_t* block_tables = nullptr;  // [num_seqs, table_width]
-  int table_width = 0;
-  const int32_t* selected = nullptr;  // [T, KV, topk] logical block ids ascending, -1 padded; null = dense
-  int topk = 0;
-  int num_tokens = 0, num_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
-  float softmax_scale = 1;
-  int num_splits = 1;          // S: thread blocks per (t, g)
-  int tiles_per_chunk = 2;     // P: 32-key tiles per chunk (fixed per backend: the numerics depend on it)
-  int max_chunks = 1;          // C: chunks of the longest key list of the launch (workspace stride)
-  float* out = nullptr;        // [T, H*D]
-  float* part_o = nullptr;     // [T, KV, C, G, D]   (S > 1)
-  float* part_ml = nullptr;    // [T, KV, C, G, 2]   (S > 1)
-  int32_t* part_n = nullptr;   // [T, KV] chunks of (t, g) (S > 1)
-};
 
 // One fold step of the chunk states (see the header): from the running max Mprev and chunk max m,
 // the new max and the two weights. Both launch modes call exactly this, so they round alike.
@@ -90,11 +64,13 @@ struct AttnSmem {
   static constexpr int kTileBytes = kAttnTile * kRowBytes;
   static constexpr int kBufBytes = 2 * kTileBytes + kAttnTile * 4;
   static constexpr int bytes(int group) { return group * D * 4 + 2 * kBufBytes; }
+  static_assert(kBufBytes * 2 == attention_split_smem_bytes(0, D, C::kBytes), "attention_params.h's size");
 };
 
-// Thread block of kAttnWarps * 32 threads; smem: AttnSmem<C, D>::bytes(G) bytes (16-byte aligned).
+// A group of kAttnWarps * 32 threads; smem: AttnSmem<C, D>::bytes(G) bytes (16-byte aligned).
 template <class C, int D>
-__device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const AttentionParams& p) {
+__device__ void attention_split_work(const AttentionParams& p, int64_t w, Group grp, uint8_t* smem) {
+  const int tid = grp.tid;
   static_assert(D % 32 == 0 && D <= 128, "attention: head_dim must be 32, 64, 96 or 128");
   using Store = typename C::Store;
   using Sm = AttnSmem<C, D>;
@@ -224,7 +200,7 @@ __device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const At
     }
     reset_chunk();
   };
-  __syncthreads();  // q_s
+  grp.sync();  // q_s
 
   int buf = 0;
   for (int tile = first_tile; tile >= 0;) {
@@ -236,7 +212,7 @@ __device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const At
     } else {
       cp_async_wait<0>();
     }
-    __syncthreads();
+    grp.sync();
     const uint8_t* ks = bufs + buf * Sm::kBufBytes;
     const uint8_t* vs = ks + Sm::kTileBytes;
     const int32_t slot = reinterpret_cast<const int32_t*>(vs + Sm::kTileBytes)[lane];
@@ -304,7 +280,7 @@ __device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const At
         }
       }
     }
-    __syncthreads();  // this buffer is refilled two tiles later
+    grp.sync();  // this buffer is refilled two tiles later
     if (next < 0 || next / P != tile / P) finish_chunk(tile / P);
     tile = next;
     buf ^= 1;
@@ -326,21 +302,15 @@ __device__ void attention_split_work(int64_t w, int tid, uint8_t* smem, const At
   }
 }
 
-// Output channels of one combine work item, and work items per (token, KV group).
-__host__ __device__ inline int attention_combine_chunks(int group, int head_dim, int nthreads) {
-  return (group * head_dim + nthreads - 1) / nthreads;
-}
 
-// One thread block per (token, KV group, slice of nthreads outputs): w = (t * KV + g) * slices + c,
+// One group per (token, KV group, slice of nthreads outputs): w = (t * KV + g) * slices + c,
 // `nthreads` threads (a multiple of 32), smem: attention_combine_smem_floats(G, C) floats. Folds
 // the n chunk states of (t, g) in chunk order exactly as the S == 1 mode does: one warp per head
 // computes the prefix maxima and the weights (a_c, b_c) of every chunk (in parallel; a max is
 // exact in any order) and the sequential L chain, then each thread folds its output channel over
 // the chunks, the loads of 16 chunks issued before their use.
-__host__ __device__ inline int attention_combine_smem_floats(int group, int max_chunks) {
-  return group * (2 * max_chunks + 1);
-}
-__device__ inline void attention_combine_work(int64_t w, int tid, int nthreads, float* smem, const AttentionParams& p) {
+__device__ inline void attention_combine_work(const AttentionParams& p, int64_t w, Group grp, float* smem) {
+  const int tid = grp.tid, nthreads = grp.nthreads;
   const int H = p.num_heads, KV = p.kv_heads, G = H / KV, D = p.head_dim, C = p.max_chunks;
   const int slices = attention_combine_chunks(G, D, nthreads);
   const int c = int(w % slices);
@@ -386,7 +356,7 @@ __device__ inline void attention_combine_work(int64_t w, int tid, int nthreads, 
     }
     if (lane == 0) inv[h] = attention_out_scale(L, p.v_scale);
   }
-  __syncthreads();
+  grp.sync();
   if (i >= G * D) return;
   const int h = i / D, d = i % D;
   const float* po = p.part_o + (base * G + h) * D + d;  // chunk k at + k * G * D
@@ -401,5 +371,18 @@ __device__ inline void attention_combine_work(int64_t w, int tid, int nthreads, 
   }
   o[i] = __fmul_rn(a, inv[h]);
 }
+
+// ---- the ops (attention_params.h shapes) ----
+template <class C, int D>
+struct AttentionSplitOp : OpBounds<kAttnThreads> {
+  using Params = AttentionParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) { attention_split_work<C, D>(p, w, g, smem); }
+};
+struct AttentionCombineOp : OpBounds<kAttnCombineThreads> {
+  using Params = AttentionParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    attention_combine_work(p, w, g, reinterpret_cast<float*>(smem));
+  }
+};
 
 }  // namespace m3::kernels

@@ -5,22 +5,15 @@
 #include <cstdint>
 
 #include "core/codecs.h"
+#include "kernels/embedding_params.h"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
 
-struct EmbedParams {
-  const uint16_t* table = nullptr;  // [V][ld] bf16
-  int64_t ld = 0;                   // elements
-  int V = 0, H = 0, M = 0;
-  const int32_t* ids = nullptr;     // [M]
-  float* out = nullptr;             // optional [M][ld_out] fp32
-  int64_t ld_out = 0;
-  uint16_t* out_bf16 = nullptr;     // optional [M][ld_ob] bf16
-  int64_t ld_ob = 0;
-};
 
-// Work item = token; nthreads threads stride over the row.
-__device__ __forceinline__ void embed_work(const EmbedParams& p, int t, int tid, int nthreads) {
+// Work item = token; the group's threads stride over the row.
+__device__ __forceinline__ void embed_work(const EmbedParams& p, int t, Group g) {
+  const int tid = g.tid, nthreads = g.nthreads;
   const int id = p.ids[t];
   const bool ok = id >= 0 && id < p.V;
   const uint16_t* src = p.table + int64_t(ok ? id : 0) * p.ld;
@@ -30,5 +23,10 @@ __device__ __forceinline__ void embed_work(const EmbedParams& p, int t, int tid,
     if (p.out_bf16) p.out_bf16[int64_t(t) * p.ld_ob + i] = b;
   }
 }
+
+struct EmbedOp : OpBounds<kEmbedThreads> {
+  using Params = EmbedParams;
+  __device__ static void run(const Params& p, int64_t t, Group g, uint8_t*) { embed_work(p, int(t), g); }
+};
 
 }  // namespace m3::kernels

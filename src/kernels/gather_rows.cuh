@@ -4,22 +4,23 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/gather_rows_params.h"
+#include "kernels/work_kernel.cuh"
+
 namespace m3::kernels {
 
-struct GatherRowsParams {
-  const float* in = nullptr;  // [*, ld_in]
-  int64_t ld_in = 0;
-  const int32_t* rows = nullptr;  // [R] source row of each output row
-  float* out = nullptr;       // [R, ld_out]
-  int64_t ld_out = 0;
-  int n = 0;                  // elements per row (multiple of 4)
-};
 
-// Work item = output row r; nthreads threads stride over it.
-__device__ __forceinline__ void gather_rows_work(const GatherRowsParams& p, int r, int tid, int nthreads) {
+// Work item = output row r; the group's threads stride over it.
+__device__ __forceinline__ void gather_rows_work(const GatherRowsParams& p, int r, Group g) {
+  const int tid = g.tid, nthreads = g.nthreads;
   const float4* src = reinterpret_cast<const float4*>(p.in + int64_t(p.rows[r]) * p.ld_in);
   float4* dst = reinterpret_cast<float4*>(p.out + int64_t(r) * p.ld_out);
   for (int i = tid; i < p.n / 4; i += nthreads) dst[i] = src[i];
 }
+
+struct GatherRowsOp : OpBounds<kGatherThreads> {
+  using Params = GatherRowsParams;
+  __device__ static void run(const Params& p, int64_t r, Group g, uint8_t*) { gather_rows_work(p, int(r), g); }
+};
 
 }  // namespace m3::kernels

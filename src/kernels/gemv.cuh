@@ -15,42 +15,25 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/gemv_params.h"
 #include "kernels/swiglu.cuh"
 #include "kernels/weight_stream.cuh"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
-
-constexpr int kGemvThreads = 128;
-
-struct GemvParams {
-  const uint8_t* w = nullptr;      // [N][ld_w bytes]
-  const float* w_scale = nullptr;  // [N] (FP8 only)
-  int64_t ld_w = 0;
-  const void* x = nullptr;         // [M][ld_x] bf16 or fp32
-  int64_t ld_x = 0;
-  float* y = nullptr;              // [M][ld_y]
-  int64_t ld_y = 0;
-  int N = 0, K = 0, M = 0;
-  int swiglu = 0;                  // 1: interleaved gate/up rows, N even, y has N/2 columns
-  float alpha = 1.702f, limit = 7.0f;
-};
 
 // Rows per work item and chunks in flight per row, by tokens per pass.
 template <int MT>
 struct GemvTile {
-  static constexpr int R = MT <= 4 ? 4 : 2;
-  static constexpr int U = MT <= 2 ? 4 : 2;
+  static constexpr int R = gemv_rows_per_item(MT);
+  static constexpr int U = gemv_chunks_in_flight(MT);
 };
-template <int MT>
-constexpr int gemv_smem_floats() {
-  return (kGemvThreads / 32) * MT * GemvTile<MT>::R;
-}
-inline int gemv_work_items(int N, int mt) { return (N + (mt <= 4 ? 4 : 2) - 1) / (mt <= 4 ? 4 : 2); }
 
-// One work item over tokens [t_begin, t_end). All kGemvThreads threads of the block call it (it
-// synchronizes the block). smem: gemv_smem_floats<MT>() floats.
+// One work item over tokens [t_begin, t_end). All kGemvThreads threads of group g call it (it
+// synchronizes the group). smem: gemv_smem_floats(MT) floats.
 template <WeightFmt W, ActFmt X, int MT>
-__device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid, float* smem, int t_begin, int t_end) {
+__device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g, float* smem, int t_begin, int t_end) {
+  const int tid = g.tid;
   constexpr int R = GemvTile<MT>::R, U = GemvTile<MT>::U;
   constexpr int E = wstream::Chunk<W>::kElems;
   const int n0 = work * R;
@@ -89,7 +72,7 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid
         }
       }
     }
-    wstream::block_sum<MT * R, kGemvThreads>(acc, tid, smem);
+    wstream::block_sum<MT * R, kGemvThreads>(acc, g, smem);
     if (!p.swiglu) {
       if (tid < MT * R) {
         const int t = t0 + tid / R, n = n0 + tid % R;
@@ -110,8 +93,22 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, int tid
         p.y[int64_t(t) * p.ld_y + n / 2] = swiglu_oai_f32(g, u, p.alpha, p.limit);
       }
     }
-    __syncthreads();  // smem is reused by the next pass / work item
+    g.sync();  // smem is reused by the next pass / work item
   }
 }
+
+// The op: item w = (row item, token group) (gemv_shape); a group covers tokens [y * MT, + MT), or
+// all M tokens when there is one group (M <= MT).
+template <WeightFmt W, ActFmt X, int MT>
+struct GemvOp : OpBounds<kGemvThreads> {
+  using Params = GemvParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    const int items = gemv_work_items(p.N, MT);
+    const int x = int(w % items), y = int(w / items);
+    const int tb = p.token_groups == 1 ? 0 : y * MT;
+    const int te = p.token_groups == 1 ? p.M : min(p.M, tb + MT);
+    gemv_work<W, X, MT>(p, x, g, reinterpret_cast<float*>(smem), tb, te);
+  }
+};
 
 }  // namespace m3::kernels

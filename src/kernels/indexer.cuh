@@ -5,7 +5,7 @@
 //      s_g[j] = ik_scale * (iq_g . IK[slot(j)])   fp32, no softmax scale,
 //    and block_scores[t, g, b] = max_j s_g[j] (NaN never raises a block). Items with b > p_t / bs
 //    or padding tokens write nothing (never read).
-// 2. indexer_topk_work, work item w = t * IH + g, run by a thread block: over the token's
+// 2. indexer_topk_work, work item w = t * IH + g, run by a thread group: over the token's
 //    nb = p/bs + 1 blocks, NaN -> -inf, the `local` blocks ending at p's block forced to +inf;
 //    block b is kept iff its score is not -inf and fewer than topk blocks beat it (higher score,
 //    or equal score and lower index), which is exactly the top min(topk, nb) with ties to the lower
@@ -23,37 +23,18 @@
 #include <cstdint>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/indexer_params.h"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
 
-constexpr int kIndexerMaxHeads = 8;
 
-struct IndexerParams {
-  const float* iq = nullptr;        // [T, IH*ID]
-  const void* ik_cache = nullptr;   // [slots, ID]
-  float ik_scale = 1;
-  const int32_t* positions = nullptr;     // [T]
-  const int32_t* token_seq = nullptr;     // [T]
-  const int32_t* block_tables = nullptr;  // [num_seqs, table_width]
-  int table_width = 0;
-  int num_tokens = 0, index_heads = 0, index_dim = 0, block_size = 0;
-  int max_q_blocks = 0;  // >= p/bs + 1 for every token (bounds the grid and the workspace)
-  int topk = 0, local = 0;
-  float* block_scores = nullptr;  // [T, IH, max_q_blocks] workspace
-  int32_t* selected = nullptr;    // [T, IH, topk]
-};
 
-// Shared memory of the score work: iq [IH][ID] fp32, warp maxima [32][IH] fp32, then the block's
-// keys, one row of ID * bytes + 16 (padding: lane-per-row 16-byte reads hit distinct banks).
-__host__ __device__ inline int indexer_scores_smem_bytes(int index_heads, int index_dim, int block_size,
-                                                        int elem_bytes) {
-  return (index_heads * index_dim + 32 * index_heads) * 4 + block_size * (index_dim * elem_bytes + 16);
-}
-
-// Thread block of `nthreads` (a multiple of 32, at most 1024) threads; smem (16-byte aligned):
+// A group of any multiple of 32 threads (at most 1024); smem (16-byte aligned):
 // indexer_scores_smem_bytes() bytes.
 template <class C>
-__device__ void indexer_block_scores_work(int64_t w, int tid, int nthreads, uint8_t* smem, const IndexerParams& p) {
+__device__ void indexer_block_scores_work(const IndexerParams& p, int64_t w, Group grp, uint8_t* smem) {
+  const int tid = grp.tid, nthreads = grp.nthreads;
   const int t = int(w / p.max_q_blocks), b = int(w % p.max_q_blocks);
   const int pos = p.positions[t];
   if (pos < 0 || b > pos / p.block_size) return;  // uniform over the block
@@ -76,7 +57,7 @@ __device__ void indexer_block_scores_work(int64_t w, int tid, int nthreads, uint
   for (int i = tid; i < IH * ID / 4; i += nthreads)
     reinterpret_cast<float4*>(q_s)[i] = reinterpret_cast<const float4*>(iq)[i];
   cp_async_wait<0>();
-  __syncthreads();
+  grp.sync();
 
   using S = typename C::Store;
   constexpr int kChunk = 16 / C::kBytes;  // elements per 16-byte load
@@ -118,7 +99,7 @@ __device__ void indexer_block_scores_work(int64_t w, int tid, int nthreads, uint
       if (lane == 0) red[warp * IH + g] = m;
     }
   }
-  __syncthreads();
+  grp.sync();
   if (tid < IH) {
     float m = -INFINITY;
     for (int i = 0; i < nwarps; ++i) m = fmaxf(m, red[i * IH + tid]);
@@ -128,20 +109,15 @@ __device__ void indexer_block_scores_work(int64_t w, int tid, int nthreads, uint
 
 constexpr int kTopkChunk = 128;  // blocks per pruning chunk
 
-// Shared memory of the top-k work, for n8 = max_q_blocks rounded up to 8: scores [n8] (padded with
-// -inf), keep flags [n8], candidate ids [n8 + 4] and scores [n8 + 4], one counter.
-__host__ __device__ inline int indexer_topk_smem_bytes(int max_q_blocks) {
-  const int n8 = (max_q_blocks + 7) / 8 * 8;
-  return n8 * 4 * 2 + (n8 + 4) * 4 * 2 + 16;
-}
 
-// One thread block of `nthreads` threads (a multiple of 32) per (token, group); smem:
+// One group of threads (a multiple of 32) per (token, index group); smem:
 // indexer_topk_smem_bytes(max_q_blocks). Block i is kept iff its score is not -inf and fewer
 // than k blocks beat it (higher score, or equal score and lower index). Exact pruning first: a
 // block beaten by k others inside its own chunk of kTopkChunk blocks cannot be kept, and every
 // block that beats a kept block is itself kept, so ranking the survivors among themselves gives
 // the same answer. Scans read 8 scores per step (broadcast 16-byte reads) and stop at k.
-__device__ inline void indexer_topk_work(int64_t w, int tid, int nthreads, uint8_t* smem, const IndexerParams& p) {
+__device__ inline void indexer_topk_work(const IndexerParams& p, int64_t w, Group grp, uint8_t* smem) {
+  const int tid = grp.tid, nthreads = grp.nthreads;
   const int t = int(w / p.index_heads), g = int(w % p.index_heads);
   int32_t* out = p.selected + (int64_t(t) * p.index_heads + g) * p.topk;
   const int pos = p.positions[t];
@@ -165,7 +141,7 @@ __device__ inline void indexer_topk_work(int64_t w, int tid, int nthreads, uint8
     s_s[b] = s;
     keep[b] = 0;
   }
-  __syncthreads();
+  grp.sync();
   // 1. Candidates: fewer than k better blocks inside the block's own chunk.
   for (int b = tid; b < nb; b += nthreads) {
     const float sb = s_s[b];
@@ -185,13 +161,13 @@ __device__ inline void indexer_topk_work(int64_t w, int tid, int nthreads, uint8
       cand_s[i] = sb;
     }
   }
-  __syncthreads();
+  grp.sync();
   const int nc = *ncand, nc4 = (nc + 3) / 4 * 4;
   if (tid < nc4 - nc) {  // pad the list to a multiple of 4 with entries that beat nothing
     cand[nc + tid] = INT_MAX;
     cand_s[nc + tid] = -INFINITY;
   }
-  __syncthreads();
+  grp.sync();
   // 2. Rank among the candidates (order of the list is irrelevant: ties compare block ids).
   for (int i = tid; i < nc; i += nthreads) {
     const int b = cand[i];
@@ -207,7 +183,7 @@ __device__ inline void indexer_topk_work(int64_t w, int tid, int nthreads, uint8
     }
     if (better < k) keep[b] = 1;
   }
-  __syncthreads();
+  grp.sync();
   // Kept blocks in ascending order (warp 0, one ballot per 32 blocks), then -1 padding.
   if (tid < 32) {
     const int lane = tid;
@@ -222,5 +198,18 @@ __device__ inline void indexer_topk_work(int64_t w, int tid, int nthreads, uint8
     for (int i = count + lane; i < k; i += 32) out[i] = -1;
   }
 }
+
+// ---- the ops (indexer_params.h shapes) ----
+template <class C>
+struct IndexerScoresOp : OpBounds<kIndexerScoreThreads> {
+  using Params = IndexerParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    indexer_block_scores_work<C>(p, w, g, smem);
+  }
+};
+struct IndexerTopkOp : OpBounds<kIndexerTopkThreads> {
+  using Params = IndexerParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) { indexer_topk_work(p, w, g, smem); }
+};
 
 }  // namespace m3::kernels

@@ -13,6 +13,10 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/group.cuh"
+#include "kernels/mma_params.h"
+#include "kernels/swiglu.cuh"
+
 namespace m3::kernels::mma {
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -81,11 +85,7 @@ __device__ __forceinline__ void add_into(float (&chain)[RT][NT][4], const float 
 // Chain j of P covers blocks [chain_begin(j), chain_begin(j + 1)) of `blocks`.
 __device__ __forceinline__ int chain_begin(int j, int blocks, int P) { return int(int64_t(j) * blocks / P); }
 
-// ---- wide mode ----
-template <int RT, int NT>
-constexpr int wide_smem_floats(int chains) {
-  return chains * RT * 8 * NT * 17;
-}
+// ---- wide mode (shared memory: mma_wide_smem_floats(RT, NT, P) floats) ----
 
 // Warp `warp`'s chain sums into part[warp] (the block must synchronize before ordered_total).
 template <int RT, int NT>
@@ -110,11 +110,7 @@ __device__ __forceinline__ float ordered_total(const float* smem, int P, int rt,
   return tot;
 }
 
-// ---- deep mode ----
-template <int RT, int NT>
-constexpr int deep_smem_floats_per_warp() {
-  return RT * NT * 4 * 32;
-}
+// ---- deep mode (shared memory per warp: mma_deep_smem_floats_per_warp(RT, NT) floats) ----
 
 // After chain j (< P - 1): running = chain 0 (j == 0) or running + chain j.
 template <int RT, int NT>
@@ -135,6 +131,74 @@ template <int RT, int NT>
 __device__ __forceinline__ float running_total(const float* wsmem, const float (&last)[RT][NT][4], int P, int rt,
                                                int nt, int i, int lane) {
   return P == 1 ? last[rt][nt][i] : __fadd_rn(wsmem[((rt * NT + nt) * 4 + i) * 32 + lane], last[rt][nt][i]);
+}
+
+// ---- the epilogues both kernels share ----
+// A tile of rows n0 .. n0 + 16 RT - 1 and tokens t0 .. t0 + 8 NT - 1 (tokens at or past t_end and
+// rows at or past N are not stored). value(n, total) turns row n's chain total into its output
+// (a row scale, or nothing); store(token, column, v) writes one output. With SwiGLU, rows 2j and
+// 2j + 1 are gate j and up j: store(token, j + n0 / 2, swiglu_oai(gate, up)).
+
+// Wide: the chain partials of P warps are in smem (store_partials, then the group synchronized);
+// the group's threads split the tile's outputs (any thread may write any output: each output is
+// the same ordered_total whoever computes it).
+template <int RT, int NT, class Value, class Store>
+__device__ __forceinline__ void wide_epilogue(const float* smem, int P, int n0, int t0, int N, int t_end, bool swiglu,
+                                              float alpha, float limit, Group g, Value value, Store store) {
+  auto total = [&](int rt, int c, int r) { return ordered_total<RT, NT>(smem, P, rt, c, r); };
+  if (!swiglu) {
+    for (int o = g.tid; o < RT * 16 * 8 * NT; o += g.nthreads) {
+      const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, tk = t0 + c;
+      if (n < N && tk < t_end) store(tk, n, value(n, total(r >> 4, c, r & 15)));
+    }
+  } else {
+    for (int o = g.tid; o < RT * 8 * 8 * NT; o += g.nthreads) {
+      const int j = o % (8 * RT), c = o / (8 * RT), r = 2 * j, n = n0 + r, tk = t0 + c;
+      if (n + 1 < N && tk < t_end) {
+        const float gate = value(n, total(r >> 4, c, r & 15));
+        const float up = value(n + 1, total(r >> 4, c, (r & 15) + 1));
+        store(tk, n / 2, swiglu_oai_f32(gate, up, alpha, limit));
+      }
+    }
+  }
+}
+
+// Deep: one warp; the running total of chains 0 .. P-2 is in wsmem, the last chain in registers.
+template <int RT, int NT, class Value, class Store>
+__device__ __forceinline__ void deep_epilogue(const float* wsmem, const float (&last)[RT][NT][4], int P, int n0,
+                                              int t0, int N, int t_end, bool swiglu, float alpha, float limit,
+                                              int lane, Value value, Store store) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float tot = running_total<RT, NT>(wsmem, last, P, rt, nt, i, lane);
+        const int n = n0 + rt * 16 + g + 8 * (i >> 1);
+        v[i] = n < N ? value(n, tot) : 0.f;
+      }
+      if (!swiglu) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = n0 + rt * 16 + g + 8 * (i >> 1), tk = t0 + nt * 8 + 2 * t + (i & 1);
+          if (n < N && tk < t_end) store(tk, n, v[i]);
+        }
+      } else {
+        float up[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) up[i] = __shfl_down_sync(0xffffffffu, v[i], 4);  // row + 1 = lane + 4
+        if ((g & 1) == 0) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int n = n0 + rt * 16 + g + 8 * (i >> 1), tk = t0 + nt * 8 + 2 * t + (i & 1);
+            if (n + 1 < N && tk < t_end) store(tk, n / 2, swiglu_oai_f32(v[i], up[i], alpha, limit));
+          }
+        }
+      }
+    }
 }
 
 }  // namespace m3::kernels::mma

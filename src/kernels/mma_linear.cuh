@@ -49,39 +49,12 @@
 #include <cstdint>
 
 #include "kernels/mma_common.cuh"
+#include "kernels/mma_params.h"
 #include "kernels/swiglu.cuh"
 #include "kernels/weight_stream.cuh"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
-
-constexpr int kMmaKBlock = 64;     // K elements per block
-constexpr int kMmaMaxChains = 16;  // warps per CTA in the wide mode
-constexpr int kMmaDeepWarps = 4;   // warps per CTA in the deep mode (independent tiles)
-
-struct MmaLinearParams {
-  const uint8_t* w = nullptr;      // [N][ld_w bytes]
-  const float* w_scale = nullptr;  // [N] (FP8 only)
-  int64_t ld_w = 0;
-  const void* x = nullptr;         // [M][ld_x] bf16 or fp32
-  int64_t ld_x = 0;
-  float* y = nullptr;              // [M][ld_y]
-  int64_t ld_y = 0;
-  int N = 0, K = 0, M = 0;
-  int chains = 1;                  // P (mma_linear_chains)
-  int swiglu = 0;                  // 1: interleaved gate/up rows, N even, y has N/2 columns
-  float alpha = 1.702f, limit = 7.0f;
-};
-
-// P: enough warps in flight to stream the weights at decode (about 14 per SM over the ceil(N/16)
-// row tiles: with more than one CTA per SM, at most 14 warps each), at most kMmaMaxChains and at
-// most one chain per block. Depends on N, K, SMs only.
-__host__ __device__ inline int mma_linear_chains(int N, int K, int sms) {
-  const int tiles = (N + 15) / 16, blocks = (K + kMmaKBlock - 1) / kMmaKBlock;
-  int p = (sms * 14 + tiles - 1) / tiles;
-  p = p < kMmaMaxChains ? p : kMmaMaxChains;
-  p = p < blocks ? p : blocks;
-  return p < 1 ? 1 : p;
-}
 
 namespace mma {
 
@@ -313,41 +286,33 @@ __device__ __forceinline__ float scaled(const MmaLinearParams& p, float tot, int
 
 }  // namespace mma
 
-// ---- wide mode: one CTA = one tile, warp j = chain j (blockDim.x == 32 * p.chains) ----
+// ---- wide mode: one item = one tile, warp j of the group = chain j ----
 // tile_n: row tile index (rows 16*RT*tile_n ..), tile_t: token tile (tokens 8*NT*tile_t ..).
-// smem: mma::wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block.
+// smem: mma_wide_smem_floats(RT, NT, p.chains) floats. The group has at least p.chains warps;
+// warps past the chains only help with the epilogue. Synchronizes the group.
 template <WeightFmt W, ActFmt X, int RT, int NT>
-__device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, int tile_n, int tile_t, int tid,
+__device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, int tile_n, int tile_t, Group g,
                                                      float* smem) {
-  const int lane = tid & 31, warp = tid >> 5, P = p.chains;
+  const int lane = g.lane(), warp = g.warp(), P = p.chains;
   const int n0 = tile_n * 16 * RT, t0 = tile_t * 8 * NT;
   const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
-  float chain[RT][NT][4];
-  mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P), mma::chain_begin(warp + 1, blocks, P),
-                               lane, chain);
-  mma::store_partials<RT, NT>(chain, warp, lane, smem);
-  __syncthreads();
-  auto total = [&](int rt, int c, int r) { return mma::ordered_total<RT, NT>(smem, P, rt, c, r); };
-  if (!p.swiglu) {
-    for (int o = tid; o < RT * 16 * 8 * NT; o += blockDim.x) {
-      const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, tk = t0 + c;
-      if (n < p.N && tk < p.M) p.y[int64_t(tk) * p.ld_y + n] = mma::scaled<W>(p, total(r >> 4, c, r & 15), n);
-    }
-  } else {
-    for (int o = tid; o < RT * 8 * 8 * NT; o += blockDim.x) {
-      const int j = o % (8 * RT), c = o / (8 * RT), r = 2 * j, n = n0 + r, tk = t0 + c;
-      if (n + 1 < p.N && tk < p.M) {
-        const float gate = mma::scaled<W>(p, total(r >> 4, c, r & 15), n);
-        const float up = mma::scaled<W>(p, total(r >> 4, c, (r & 15) + 1), n + 1);
-        p.y[int64_t(tk) * p.ld_y + n / 2] = swiglu_oai_f32(gate, up, p.alpha, p.limit);
-      }
-    }
+  if (warp < P) {
+    float chain[RT][NT][4];
+    mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P), mma::chain_begin(warp + 1, blocks, P),
+                                 lane, chain);
+    mma::store_partials<RT, NT>(chain, warp, lane, smem);
   }
+  g.sync();
+  mma::wide_epilogue<RT, NT>(
+      smem, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g,
+      [&](int n, float tot) { return mma::scaled<W>(p, tot, n); },
+      [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
+  g.sync();  // smem is reused by the group's next item
 }
 
 // ---- deep mode: one warp = one tile, chains one after another ----
 // tile_n, tile_t as in the wide mode; lane 0..31 of the warp that owns the tile;
-// wsmem: mma::deep_smem_floats_per_warp<RT, NT>() floats private to the warp. No block barrier.
+// wsmem: mma_deep_smem_floats_per_warp(RT, NT) floats private to the warp. No group barrier.
 template <WeightFmt W, ActFmt X, int RT, int NT>
 __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, int tile_n, int tile_t, int lane,
                                                      float* wsmem) {
@@ -361,38 +326,49 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
     if (j + 1 == P) break;  // the last chain's sum is added straight from registers below
     mma::add_running<RT, NT>(wsmem, chain, j, lane);
   }
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float tot = mma::running_total<RT, NT>(wsmem, chain, P, rt, nt, i, lane);
-        const int n = n0 + rt * 16 + g + 8 * (i >> 1);
-        v[i] = n < p.N ? mma::scaled<W>(p, tot, n) : 0.f;
-      }
-      if (!p.swiglu) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int n = n0 + rt * 16 + g + 8 * (i >> 1), tk = t0 + nt * 8 + 2 * t + (i & 1);
-          if (n < p.N && tk < p.M) p.y[int64_t(tk) * p.ld_y + n] = v[i];
-        }
-      } else {
-        float up[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) up[i] = __shfl_down_sync(0xffffffffu, v[i], 4);  // row + 1 = lane + 4
-        if ((g & 1) == 0) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int n = n0 + rt * 16 + g + 8 * (i >> 1), tk = t0 + nt * 8 + 2 * t + (i & 1);
-            if (n + 1 < p.N && tk < p.M)
-              p.y[int64_t(tk) * p.ld_y + n / 2] = swiglu_oai_f32(v[i], up[i], p.alpha, p.limit);
-          }
-        }
-      }
-    }
+  mma::deep_epilogue<RT, NT>(
+      wsmem, chain, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, lane,
+      [&](int n, float tot) { return mma::scaled<W>(p, tot, n); },
+      [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
 }
+
+// ---- the ops (mma_linear_shape) ----
+// Wide, any tiling: item = (row tile, token tile), row tile fastest.
+template <WeightFmt W, ActFmt X, int RT, int NT>
+__device__ __forceinline__ void mma_linear_wide_item(const MmaLinearParams& p, int64_t w, Group g, uint8_t* smem) {
+  const int tiles_n = mma_row_tiles(p);
+  mma_linear_wide_work<W, X, RT, NT>(p, int(w % tiles_n), int(w / tiles_n), g, reinterpret_cast<float*>(smem));
+}
+template <WeightFmt W, ActFmt X, int RT, int NT>
+struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
+  using Params = MmaLinearParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    mma_linear_wide_item<W, X, RT, NT>(p, w, g, smem);
+  }
+};
+// The decode tile (1 x 1) held to 72 registers: 28 warps per SM, so two items of up to 14 warps
+// share an SM (mma_linear_chains aims at 14 warps per SM: one wave).
+template <WeightFmt W, ActFmt X>
+struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 72> {
+  using Params = MmaLinearParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    mma_linear_wide_item<W, X, 1, 1>(p, w, g, smem);
+  }
+};
+// Deep: item = (kMmaDeepWarps row tiles, token tile); warp i of the group takes row tile
+// kMmaDeepWarps * (w % groups) + i.
+template <WeightFmt W, ActFmt X, int RT, int NT>
+struct MmaDeepOp : OpBounds<kMmaDeepWarps * 32, 1> {
+  using Params = MmaLinearParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    constexpr int kPerWarp = mma_deep_smem_floats_per_warp(RT, NT);
+    const int tiles_n = mma_row_tiles(p), groups = (tiles_n + kMmaDeepWarps - 1) / kMmaDeepWarps;
+    const int warp = g.warp();
+    const int tile_n = int(w % groups) * kMmaDeepWarps + warp;
+    if (tile_n >= tiles_n) return;  // the deep work has no group barrier
+    mma_linear_deep_work<W, X, RT, NT>(p, tile_n, int(w / groups), g.lane(),
+                                       reinterpret_cast<float*>(smem) + warp * kPerWarp);
+  }
+};
 
 }  // namespace m3::kernels

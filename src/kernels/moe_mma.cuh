@@ -64,46 +64,12 @@
 
 #include "kernels/cp_async.cuh"
 #include "kernels/mma_linear.cuh"
+#include "kernels/moe_params.h"
 #include "kernels/swiglu.cuh"
 #include "kernels/weight_stream.cuh"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
-
-constexpr int kMoeKBlock = 128;      // K elements per block (4 lanes x one 32-element MX block)
-constexpr int kMoeMaxChains = 16;    // warps per CTA in the wide mode
-constexpr int kMoeDeepWarps = 4;     // warps per CTA in the deep mode
-
-struct MoeMmaParams {
-  const uint8_t* codes = nullptr;   // [slots][N][ld]
-  const uint8_t* scales = nullptr;  // [slots][N][sld]
-  int64_t ld = 0, sld = 0;          // bytes per row
-  int64_t slot_codes = 0, slot_scales = 0;  // bytes per slot
-  int N = 0, K = 0;
-  int chains = 1;                   // P (moe_mma_chains)
-  const int32_t* entry_slot = nullptr;   // [entries]
-  const int32_t* entry_begin = nullptr;  // [entries + 1]
-  const int32_t* num_entries = nullptr;  // device scalar
-  const int32_t* pair_row = nullptr;     // [pairs] or null (row = pair)
-  const uint16_t* xs = nullptr;          // split activations [rows][ld_xs]
-  int64_t ld_xs = 0;                     // uint16 per row
-  float* y = nullptr;                    // [pairs][ld_y]
-  int64_t ld_y = 0;
-  uint16_t* ys = nullptr;                // optional: the outputs split too [pairs][ld_ys] (columns < N/2
-  int64_t ld_ys = 0;                     // or N written; the rest left unset)
-  int swiglu = 0;                        // 1: gate/up rows -> y[p, n/2]
-  float alpha = 1.702f, limit = 7.0f;
-};
-
-// P: enough warps to stream the experts of a batch-1 step (4 entries assumed: top-k of the smallest
-// models we run is >= 4) at about 16 warps per SM over the ceil(N/16) row tiles; at most
-// kMoeMaxChains, at most one chain per block. Depends on N, K, SMs only.
-__host__ __device__ inline int moe_mma_chains(int N, int K, int sms) {
-  const int tiles = (N + 15) / 16, blocks = (K + kMoeKBlock - 1) / kMoeKBlock;
-  int p = (sms * 16 + 4 * tiles - 1) / (4 * tiles);
-  p = p < kMoeMaxChains ? p : kMoeMaxChains;
-  p = p < blocks ? p : blocks;
-  return p < 1 ? 1 : p;
-}
 
 namespace moe_mma {
 
@@ -339,21 +305,12 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
 // codes [RT][2][32 lanes][16 B] (each lane reads back only what it copied), then the 4 scale bytes
 // of each of the tile's 16 RT rows (row r = rt*16 + 8h + g copied by lane r, read by its 4 lanes:
 // a __syncwarp after the waits). Needs 4-byte aligned scale rows (sld % 4 == 0).
-template <int RT>
-constexpr int staged_code_bytes() {
-  return RT * 2 * 32 * 16;
-}
-template <int RT>
-constexpr int staged_stage_bytes() {
-  return staged_code_bytes<RT>() + RT * 16 * 4;
-}
-
 template <int RT, int S>
 __device__ __forceinline__ void chain_sum_staged(const MoeMmaParams& p, const uint8_t* codes, const uint8_t* scales,
                                                  int n0, const uint16_t* const (&xr)[1], const bool (&tok)[1],
                                                  int blo, int bhi, int lane, uint8_t* ring, float (&chain)[RT][1][4]) {
   static_assert(S >= 2, "at least two stages");
-  constexpr int kCode = staged_code_bytes<RT>(), kStage = staged_stage_bytes<RT>();
+  constexpr int kCode = moe_staged_code_bytes(RT), kStage = moe_staged_stage_bytes(RT);
   const int g = lane >> 2, t = lane & 3;
   const int nchunks = (p.K + 31) / 32;
   const uint8_t* crow[RT][2];
@@ -425,23 +382,19 @@ __device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int e
 
 }  // namespace moe_mma
 
-// ---- wide mode: CTA = (row tile, entry), warp j = chain j (blockDim.x == 32 * p.chains) ----
-// smem: mma::wide_smem_floats<RT, NT>(p.chains) floats. Synchronizes the block (every thread of the
-// block must call it with the same tile_n and entry).
+// ---- wide mode: item = (row tile, entry), warp j of the group = chain j ----
+// smem: mma_wide_smem_floats(RT, NT, p.chains) floats. The group has at least p.chains warps
+// (warps past the chains only help with the epilogue). Synchronizes the group (every thread of it
+// must call it with the same tile_n and entry).
 // S > 0 (NT == 1 only): the staged chain with S stages per warp; `ring` then holds
-// P * moe_wide_ring_bytes<RT, S>() bytes (16-byte aligned), warp w's ring at w * that.
-template <int RT, int S>
-constexpr int moe_wide_ring_bytes() {
-  return S * moe_mma::staged_stage_bytes<RT>();
-}
-
+// P * moe_wide_ring_bytes(RT, S) bytes (16-byte aligned), warp w's ring at w * that.
 template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>(), int S = 0>
-__device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, int tid, float* smem,
+__device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, Group g, float* smem,
                                                   uint8_t* ring = nullptr) {
   static_assert(S == 0 || NT == 1, "the staged chain is for one token tile");
-  if (entry >= *p.num_entries) return;  // block-uniform
-  const int lane = tid & 31, warp = tid >> 5, P = p.chains;
-  const int g = lane >> 2;
+  if (entry >= *p.num_entries) return;  // uniform over the group
+  const int lane = g.lane(), warp = g.warp(), P = p.chains;
+  const int gl = lane >> 2;
   const int slot = p.entry_slot[entry];
   const int begin = p.entry_begin[entry], end = p.entry_begin[entry + 1];
   const uint8_t* codes = p.codes + int64_t(slot) * p.slot_codes;
@@ -449,55 +402,42 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
   const int n0 = tile_n * 16 * RT;
   const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock;
   for (int t0 = begin; t0 < end; t0 += 8 * NT) {
-    const uint16_t* xr[NT];
-    bool tok[NT];
-    moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
-    float chain[RT][NT][4];
-    if constexpr (S > 0)
-      moe_mma::chain_sum_staged<RT, S>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
-                                       mma::chain_begin(warp + 1, blocks, P), lane,
-                                       ring + warp * moe_wide_ring_bytes<RT, S>(), chain);
-    else
-      moe_mma::chain_sum<RT, NT, U>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
-                                    mma::chain_begin(warp + 1, blocks, P), lane, chain);
-    mma::store_partials<RT, NT>(chain, warp, lane, smem);
-    __syncthreads();
-    auto total = [&](int rt, int c, int r) { return mma::ordered_total<RT, NT>(smem, P, rt, c, r); };
-    if (!p.swiglu) {
-      for (int o = tid; o < RT * 16 * 8 * NT; o += blockDim.x) {
-        const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, pp = t0 + c;
-        if (n < p.N && pp < end) {
-          const float v = total(r >> 4, c, r & 15);
-          p.y[int64_t(pp) * p.ld_y + n] = v;
-          if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, n, v);
-        }
-      }
-    } else {
-      for (int o = tid; o < RT * 8 * 8 * NT; o += blockDim.x) {
-        const int j = o % (8 * RT), c = o / (8 * RT), r = 2 * j, n = n0 + r, pp = t0 + c;
-        if (n + 1 < p.N && pp < end) {
-          const float gate = total(r >> 4, c, r & 15), up = total(r >> 4, c, (r & 15) + 1);
-          const float h = swiglu_oai_f32(gate, up, p.alpha, p.limit);
-          p.y[int64_t(pp) * p.ld_y + n / 2] = h;
-          if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, n / 2, h);
-        }
-      }
+    if (warp < P) {
+      const uint16_t* xr[NT];
+      bool tok[NT];
+      moe_mma::tile_tokens<NT>(p, t0, end, gl, xr, tok);
+      float chain[RT][NT][4];
+      if constexpr (S > 0)
+        moe_mma::chain_sum_staged<RT, S>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
+                                         mma::chain_begin(warp + 1, blocks, P), lane,
+                                         ring + warp * moe_wide_ring_bytes(RT, S), chain);
+      else
+        moe_mma::chain_sum<RT, NT, U>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
+                                      mma::chain_begin(warp + 1, blocks, P), lane, chain);
+      mma::store_partials<RT, NT>(chain, warp, lane, smem);
     }
-    __syncthreads();  // the next token tile reuses smem
+    g.sync();
+    mma::wide_epilogue<RT, NT>(
+        smem, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, g, [](int, float tot) { return tot; },
+        [&](int pp, int col, float v) {
+          p.y[int64_t(pp) * p.ld_y + col] = v;
+          if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, col, v);
+        });
+    g.sync();  // the next token tile reuses smem
   }
 }
 
 // ---- deep mode: one warp = one tile, chains one after another, persistent over the tile list ----
 
 // Tiles i = warp_id, warp_id + nwarps, ... of the list (entry order; inside an entry token tile
-// major, row tile minor: the warps of a CTA share their tokens' activations through L1).
-// row_tiles = ceil(N / (16 RT)). wsmem: mma::deep_smem_floats_per_warp<RT, NT>() floats private to the warp.
-// No block barrier.
+// major, row tile minor: the warps of an item share their tokens' activations through L1).
+// row_tiles = ceil(N / (16 RT)). wsmem: mma_deep_smem_floats_per_warp(RT, NT) floats private to
+// the warp. No group barrier.
 template <int RT, int NT>
 __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row_tiles, int warp_id, int nwarps,
                                                   int lane, float* wsmem) {
   const int num = *p.num_entries;
-  const int P = p.chains, g = lane >> 2, t = lane & 3;
+  const int P = p.chains, g = lane >> 2;
   const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock;
   int a = 0, base = 0;  // entry a's first tile is number `base`
   int begin = 0, end = 0, tok_tiles = 0;
@@ -531,51 +471,60 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
       if (j + 1 == P) break;  // the last chain's sum is added straight from registers below
       mma::add_running<RT, NT>(wsmem, chain, j, lane);
     }
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        float v[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) v[q] = mma::running_total<RT, NT>(wsmem, chain, P, rt, nt, q, lane);
-        if (!p.swiglu) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int n = n0 + rt * 16 + g + 8 * (q >> 1), pp = t0 + nt * 8 + 2 * t + (q & 1);
-            if (n < p.N && pp < end) {
-              p.y[int64_t(pp) * p.ld_y + n] = v[q];
-              if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, n, v[q]);
-            }
-          }
-        } else {
-          float up[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) up[q] = __shfl_down_sync(0xffffffffu, v[q], 4);  // row + 1 = lane + 4
-          if ((g & 1) == 0) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int n = n0 + rt * 16 + g + 8 * (q >> 1), pp = t0 + nt * 8 + 2 * t + (q & 1);
-              if (n + 1 < p.N && pp < end) {
-                const float h = swiglu_oai_f32(v[q], up[q], p.alpha, p.limit);
-                p.y[int64_t(pp) * p.ld_y + n / 2] = h;
-                if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, n / 2, h);
-              }
-            }
-          }
-        }
-      }
+    mma::deep_epilogue<RT, NT>(
+        wsmem, chain, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, lane, [](int, float tot) { return tot; },
+        [&](int pp, int col, float v) {
+          p.y[int64_t(pp) * p.ld_y + col] = v;
+          if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, col, v);
+        });
   }
 }
 
 // ---- the split of fp32 activations (the header's layout) ----
 // Work item (row, group G): xs[row] group G from x[row][8G .. 8G + 7]; groups up to ld_xs / 16.
-__device__ __forceinline__ void moe_split_work(const float* x, int64_t ld_x, int K, uint16_t* xs, int64_t ld_xs,
-                                               int row, int G) {
+__device__ __forceinline__ void moe_split_work(const MoeSplitParams& p, int row, int G) {
   uint4 hi, lo;
-  moe_mma::split_group(x + int64_t(row) * ld_x, 8 * G, K, hi, lo);
-  uint4* d = reinterpret_cast<uint4*>(xs + int64_t(row) * ld_xs + 16 * int64_t(G));
+  moe_mma::split_group(p.x + int64_t(row) * p.ld_x, 8 * G, p.K, hi, lo);
+  uint4* d = reinterpret_cast<uint4*>(p.xs + int64_t(row) * p.ld_xs + 16 * int64_t(G));
   d[0] = hi;
   d[1] = lo;
 }
+
+// ---- the ops (moe_params.h shapes) ----
+struct MoeSplitOp : OpBounds<kMoeSplitThreads> {
+  using Params = MoeSplitParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t*) {
+    const int64_t slices = ceil_div(p.ld_xs / 16, kMoeSplitThreads);
+    const int G = int(w % slices) * kMoeSplitThreads + g.tid;
+    if (G < p.ld_xs / 16) moe_split_work(p, int(w / slices), G);
+  }
+};
+
+// Wide: S > 0 the staged ring (p.stages == S), else the register pipeline of U blocks per group.
+template <int S>
+struct MoeWideOp : OpBounds<32 * kMoeMaxChains> {
+  using Params = MoeMmaParams;
+  static constexpr int kU = S > 0 ? 1 : moe_mma::blocks_in_flight<kMoeWideRT, kMoeWideNT>();
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    const int tiles = moe_row_tiles(p);
+    const int entry = p.max_entries - 1 - int(w / tiles);
+    uint8_t* ring = S > 0 ? smem + moe_wide_partials_bytes(p.chains) : nullptr;
+    moe_mma_wide_work<kMoeWideRT, kMoeWideNT, kU, S>(p, int(w % tiles), entry, g, reinterpret_cast<float*>(smem),
+                                                      ring);
+  }
+};
+
+// Deep: two resident items per SM (the persistent grid is one wave: workers = 2 x SMs).
+constexpr int kMoeDeepItemsPerSm = 2;
+struct MoeDeepOp : OpBounds<32 * kMoeDeepWarps, kMoeDeepItemsPerSm> {
+  using Params = MoeMmaParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    constexpr int kPerWarp = mma_deep_smem_floats_per_warp(kMoeDeepRT, kMoeDeepNT);
+    const int warp = g.warp();
+    moe_mma_deep_work<kMoeDeepRT, kMoeDeepNT>(p, moe_row_tiles(p), int(w) * kMoeDeepWarps + warp,
+                                              p.workers * kMoeDeepWarps, g.lane(),
+                                              reinterpret_cast<float*>(smem) + warp * kPerWarp);
+  }
+};
 
 }  // namespace m3::kernels

@@ -23,35 +23,12 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/moe_params.h"
 #include "kernels/swiglu.cuh"
 #include "kernels/weight_stream.cuh"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
-
-constexpr int kMoeRowsPerWarp = 2;  // a gate/up pair
-constexpr int kMoeInflight = 3;     // chunks in flight per row and lane
-constexpr int kMoeMaxTokens = 8;    // tokens per pass over the rows
-
-struct MoeGemvParams {
-  const uint8_t* codes = nullptr;   // [slots][N][ld]
-  const uint8_t* scales = nullptr;  // [slots][N][sld]
-  int64_t ld = 0, sld = 0;          // bytes per row
-  int64_t slot_codes = 0, slot_scales = 0;  // bytes per slot
-  int N = 0, K = 0;                 // rows and columns of one slot
-  int groups = 0;                   // warp work items per entry: ceil(N / 2)
-  const int32_t* entry_slot = nullptr;   // [entries]
-  const int32_t* entry_begin = nullptr;  // [entries + 1]
-  const int32_t* num_entries = nullptr;  // device scalar
-  const int32_t* pair_row = nullptr;     // [pairs] or null (row = pair)
-  const void* x = nullptr;               // activations, bf16 or fp32
-  int64_t ld_x = 0;
-  float* y = nullptr;                    // [pairs][ld_y]
-  int64_t ld_y = 0;
-  int swiglu = 0;                        // 1: gate/up rows -> y[p, n/2]
-  float alpha = 1.702f, limit = 7.0f;
-};
-
-inline int moe_gemv_groups(int N) { return (N + kMoeRowsPerWarp - 1) / kMoeRowsPerWarp; }
 
 namespace moe_detail {
 
@@ -170,22 +147,12 @@ __device__ __forceinline__ void moe_gemv_work(const MoeGemvParams& p, int work, 
   }
 }
 
-struct MoeCombineParams {
-  const float* y = nullptr;       // [pairs][ld_y] expert outputs
-  int64_t ld_y = 0;
-  const int32_t* pos_of = nullptr;  // [M*K] pair of (token, choice)
-  const float* topk_w = nullptr;    // [M*K] combine weights (routed_scale applied)
-  int shared_base = -1;             // pair of token 0's shared-expert output, -1: none
-  int M = 0, K = 0, H = 0;
-  float* out = nullptr;             // [M][ld_out]
-  int64_t ld_out = 0;
-};
 
-// Work item = (token t, slice c of nthreads hidden channels): thread i sums channel
+// Work item = (token t, slice c of the group's nthreads hidden channels): thread i sums channel
 // c * nthreads + i over the shared expert and the K choices in k order. One channel per thread, so
 // no thread walks the row (a loop over the row would serialize its loads behind the stores).
-__device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int t, int c, int tid, int nthreads) {
-  const int h = c * nthreads + tid;
+__device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int t, int c, Group g) {
+  const int h = c * g.nthreads + g.tid;
   if (h >= p.H) return;
   float acc = p.shared_base >= 0 ? p.y[int64_t(p.shared_base + t) * p.ld_y + h] : 0.f;
   for (int k = 0; k < p.K; ++k) {
@@ -194,5 +161,23 @@ __device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int 
   }
   p.out[int64_t(t) * p.ld_out + h] = acc;
 }
+
+// ---- the ops (moe_params.h shapes) ----
+template <int MT>
+struct MoeGemvOp : OpBounds<32 * kMoeGemvWarps> {
+  using Params = MoeGemvParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t*) {
+    const int64_t work = w * kMoeGemvWarps + g.warp();
+    if (work < p.warp_items) moe_gemv_work<ActFmt::F32, MT>(p, int(work), g.lane());
+  }
+};
+
+struct MoeCombineOp : OpBounds<kMoeCombineThreads> {
+  using Params = MoeCombineParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t*) {
+    const int64_t slices = ceil_div(p.H, kMoeCombineThreads);
+    moe_combine_work(p, int(w / slices), int(w % slices), g);
+  }
+};
 
 }  // namespace m3::kernels

@@ -20,38 +20,11 @@
 #include <cstdint>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/qk_norm_rope_params.h"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
 
-constexpr int kRopeMaxDim = 256;  // largest head_dim / index_dim the warp mapping covers
-
-struct QkNormRopeCacheParams {
-  const float* proj = nullptr;  // [T, proj_stride]
-  int64_t proj_stride = 0;
-  int num_tokens = 0;
-  int num_heads = 0, kv_heads = 0, head_dim = 0;
-  int index_heads = 0, index_dim = 0;  // index_heads = 0: full-attention layer (no iq/ik)
-  int rotary_dim = 0;
-  float eps = 1e-6f;
-  const float* q_norm = nullptr;   // [D]
-  const float* k_norm = nullptr;   // [D]
-  const float* iq_norm = nullptr;  // [ID]
-  const float* ik_norm = nullptr;  // [ID]
-  const float* inv_freq = nullptr;  // [rotary_dim / 2] fp32, as the reference builds it
-  const int32_t* positions = nullptr;  // [T] (-1 = padding; rotated as position 0)
-  const int32_t* slots = nullptr;      // [T] (-1 = padding: no cache write)
-  float* q_out = nullptr;   // [T, H*D]
-  float* iq_out = nullptr;  // [T, IH*ID]
-  void* k_cache = nullptr;  // [slots, KV, D]
-  void* v_cache = nullptr;  // [slots, KV, D]
-  void* ik_cache = nullptr; // [slots, ID]
-  float k_inv_scale = 1, v_inv_scale = 1, ik_inv_scale = 1;  // stored = encode(x * inv_scale)
-
-  __host__ __device__ int vectors_per_token() const {
-    return num_heads + 2 * kv_heads + (index_heads > 0 ? index_heads + 1 : 0);
-  }
-  __host__ __device__ int64_t num_work() const { return int64_t(num_tokens) * vectors_per_token(); }
-};
 
 template <class KvC, class IkC>
 __device__ void qk_norm_rope_cache_work(int64_t w, int lane, const QkNormRopeCacheParams& p) {
@@ -169,5 +142,14 @@ __device__ void qk_norm_rope_cache_work(int64_t w, int lane, const QkNormRopeCac
     }
   }
 }
+
+template <class KvC, class IkC>
+struct QkNormRopeCacheOp : OpBounds<32 * kRopeWarps> {
+  using Params = QkNormRopeCacheParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t*) {
+    const int64_t item = w * kRopeWarps + g.warp();
+    if (item < p.num_work()) qk_norm_rope_cache_work<KvC, IkC>(item, g.lane(), p);
+  }
+};
 
 }  // namespace m3::kernels

@@ -11,29 +11,16 @@
 #include <cstdint>
 
 #include "core/codecs.h"
+#include "kernels/rmsnorm_params.h"
 #include "kernels/weight_stream.cuh"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
 
-struct RmsNormParams {
-  const float* x = nullptr;
-  int64_t ld_x = 0;
-  const float* residual = nullptr;  // optional
-  int64_t ld_res = 0;
-  float* residual_out = nullptr;    // optional: r is stored here
-  int64_t ld_res_out = 0;
-  const uint16_t* w = nullptr;      // [n] bf16
-  float* y = nullptr;               // optional fp32 output
-  int64_t ld_y = 0;
-  uint16_t* y_bf16 = nullptr;       // optional bf16 output
-  int64_t ld_yb = 0;
-  int n = 0, M = 0;
-  float eps = 1e-6f;
-};
-
-// Work item = row; all NT threads of the block call it. smem: NT / 32 floats.
+// Work item = row; all NT threads of group g call it. smem: NT / 32 floats.
 template <int NT>
-__device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, int tid, float* smem) {
+__device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, Group g, float* smem) {
+  const int tid = g.tid;
   const float* x = p.x + int64_t(row) * p.ld_x;
   const float* res = p.residual ? p.residual + int64_t(row) * p.ld_res : nullptr;
   float* ro = p.residual_out ? p.residual_out + int64_t(row) * p.ld_res_out : nullptr;
@@ -45,7 +32,7 @@ __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, in
     ss = fmaf(r, r, ss);
   }
   float part[1] = {ss};
-  wstream::block_sum<1, NT>(part, tid, smem);
+  wstream::block_sum<1, NT>(part, g, smem);
   const float inv = 1.0f / sqrtf(smem[0] / float(p.n) + p.eps);
   for (int i = tid; i < p.n; i += NT) {
     const float r = ro ? ro[i] : (res ? x[i] + res[i] : x[i]);
@@ -53,7 +40,7 @@ __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, in
     if (p.y) p.y[int64_t(row) * p.ld_y + i] = v;
     if (p.y_bf16) p.y_bf16[int64_t(row) * p.ld_yb + i] = f32_to_bf16(v);
   }
-  __syncthreads();  // smem reuse
+  g.sync();  // smem reuse
 }
 
 // Row in registers: thread tid holds float4 i = tid + v * NT (v < V) of the row; sum of squares per
@@ -61,7 +48,8 @@ __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, in
 // Needs n % 4 == 0, n / 4 <= NT * V, x / residual / residual_out / y 16-byte aligned rows,
 // w and y_bf16 8-byte aligned rows. smem: NT / 32 floats.
 template <int NT, int V>
-__device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row, int tid, float* smem) {
+__device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row, Group g, float* smem) {
+  const int tid = g.tid;
   const int n4 = p.n / 4;
   const float4* x = reinterpret_cast<const float4*>(p.x + int64_t(row) * p.ld_x);
   const float4* res = p.residual ? reinterpret_cast<const float4*>(p.residual + int64_t(row) * p.ld_res) : nullptr;
@@ -98,7 +86,7 @@ __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row
     }
   }
   float part[1] = {ss};
-  wstream::block_sum<1, NT>(part, tid, smem);
+  wstream::block_sum<1, NT>(part, g, smem);
   const float inv = 1.0f / sqrtf(smem[0] / float(p.n) + p.eps);
   const uint2* w = reinterpret_cast<const uint2*>(p.w);
   float4* y = p.y ? reinterpret_cast<float4*>(p.y + int64_t(row) * p.ld_y) : nullptr;
@@ -117,7 +105,17 @@ __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row
     if (yb) yb[i] = make_uint2(uint32_t(f32_to_bf16(o.x)) | (uint32_t(f32_to_bf16(o.y)) << 16),
                                uint32_t(f32_to_bf16(o.z)) | (uint32_t(f32_to_bf16(o.w)) << 16));
   }
-  __syncthreads();  // smem reuse
+  g.sync();  // smem reuse
 }
+
+// The ops (kernels/work_kernel.cuh): the body picked by p.regs (native::make_rmsnorm_params).
+template <bool Regs>
+struct RmsNormOp : OpBounds<kNormThreads> {
+  using Params = RmsNormParams;
+  __device__ static void run(const Params& p, int64_t row, Group g, uint8_t* smem) {
+    if constexpr (Regs) rmsnorm_row_regs<kNormThreads, kNormVec>(p, int(row), g, reinterpret_cast<float*>(smem));
+    else rmsnorm_work<kNormThreads>(p, int(row), g, reinterpret_cast<float*>(smem));
+  }
+};
 
 }  // namespace m3::kernels

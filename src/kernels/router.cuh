@@ -14,20 +14,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/router_params.h"
+#include "kernels/work_kernel.cuh"
+
 namespace m3::kernels {
 
-constexpr int kRouterMaxExperts = 256;  // experts per lane: 8
-constexpr int kRouterMaxTopK = 16;
 
-struct RouterSelectParams {
-  const float* logits = nullptr;  // [M][ld]
-  int64_t ld = 0;
-  const float* bias = nullptr;    // [E]
-  int E = 0, K = 0, M = 0;
-  float routed_scale = 1.f;
-  int32_t* ids = nullptr;         // [M*K]
-  float* weights = nullptr;       // [M*K]
-};
 
 // Work item = token; called by one full warp (lane 0..31).
 __device__ __forceinline__ void router_select_work(const RouterSelectParams& p, int t, int lane) {
@@ -91,26 +83,13 @@ __device__ __forceinline__ void router_select_work(const RouterSelectParams& p, 
     }
 }
 
-struct MoeGroupParams {
-  const int32_t* ids = nullptr;   // [M*K]
-  int M = 0, K = 0, E = 0;
-  int shared_slot = 0;            // 1: the shared expert is slot E (an entry after the routed ones)
-  int shared_separate = 0;        // 1: the shared expert has its own tensors (sh_* list)
-  int32_t* entry_slot = nullptr;  // [E+1]
-  int32_t* entry_begin = nullptr; // [E+2]
-  int32_t* num_entries = nullptr; // [1]
-  int32_t* pair_row = nullptr;    // [M*K + M]
-  int32_t* pos_of = nullptr;      // [M*K]
-  int32_t* sh_slot = nullptr;     // [1]
-  int32_t* sh_begin = nullptr;    // [2]
-  int32_t* sh_num = nullptr;      // [1]
-};
 
-// One block does the whole batch (nthreads >= 32, a multiple of 32); smem: 2 * (E + 1) ints.
+// One group does the whole batch (nthreads >= 32, a multiple of 32); smem: 2 * (E + 1) ints.
 // Thread e counts and then places the pairs of expert e, scanning the ids in order (stable);
 // warp 0 turns the counts into offsets and the entry list (32 experts per scan step). O(M*K) per
 // thread: cheap for decode.
-__device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, int tid, int nthreads, int32_t* smem) {
+__device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g, int32_t* smem) {
+  const int tid = g.tid, nthreads = g.nthreads;
   int32_t* cnt = smem;           // [E]
   int32_t* off = smem + p.E + 1; // [E+1]
   const int MK = p.M * p.K;
@@ -119,7 +98,7 @@ __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, int tid,
     for (int i = 0; i < MK; ++i) c += p.ids[i] == e;
     cnt[e] = c;
   }
-  __syncthreads();
+  g.sync();
   if (tid < 32) {
     const int lane = tid;
     int a = 0, o = 0;  // entries and pairs before this step's 32 experts
@@ -161,7 +140,7 @@ __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, int tid,
       }
     }
   }
-  __syncthreads();
+  g.sync();
   for (int e = tid; e < p.E; e += nthreads) {
     int pos = off[e];
     for (int i = 0; i < MK; ++i)
@@ -173,5 +152,30 @@ __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, int tid,
   }
   for (int t = tid; t < p.M; t += nthreads) p.pair_row[MK + t] = t;
 }
+
+// ---- the ops (router_params.h shapes) ----
+struct RouterSelectOp : OpBounds<32 * kSelectWarps> {
+  using Params = RouterSelectParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t*) {
+    const int t = int(w) * kSelectWarps + g.warp();
+    if (t < p.M) router_select_work(p, t, g.lane());
+  }
+};
+struct MoeGroupOp : OpBounds<kGroupThreads> {
+  using Params = MoeGroupParams;
+  __device__ static void run(const Params& p, int64_t, Group g, uint8_t* smem) {
+    moe_group_work(p, g, reinterpret_cast<int32_t*>(smem));
+  }
+};
+// The group's warps select the tokens (warp w: tokens w, w + nwarps, ...), then group them. The
+// selections reach the grouping through global memory (group.ids = select.ids) after the barrier.
+struct MoeRouteOp : OpBounds<kGroupThreads> {
+  using Params = MoeRouteParams;
+  __device__ static void run(const Params& p, int64_t, Group g, uint8_t* smem) {
+    for (int t = g.warp(); t < p.select.M; t += g.num_warps()) router_select_work(p.select, t, g.lane());
+    g.sync();
+    moe_group_work(p.group, g, reinterpret_cast<int32_t*>(smem));
+  }
+};
 
 }  // namespace m3::kernels

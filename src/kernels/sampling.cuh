@@ -36,6 +36,7 @@
 
 #include "core/counter_rng.h"
 #include "kernels/sampling_job.h"
+#include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
 
@@ -81,9 +82,11 @@ struct SampleArgBestOp {
 
 using SampleGreedyReduce = cub::BlockReduce<SampleArgBest, kSampleThreads>;
 
-// Work item w = greedy job p.list[w]; block of kSampleThreads threads.
-__device__ __forceinline__ void sample_greedy_work(const SampleParams& p, int w, int tid,
+// Work item w = greedy job p.list[w]; a whole-CTA group of kSampleThreads threads (the CUB block
+// primitives number the threads of the CTA themselves).
+__device__ __forceinline__ void sample_greedy_work(const SampleParams& p, int w, Group grp,
                                                    typename SampleGreedyReduce::TempStorage& tmp) {
+  const int tid = grp.tid;
   const int j = p.list[w];
   const float* l = p.logits + p.jobs[j].row * p.ld;
   SampleArgBest b{-INFINITY, INT32_MAX, INT32_MAX};
@@ -123,8 +126,10 @@ struct SamplePickStorage {
   double found_p;
 };
 
-// Work item g = group row (job p.list[g]) over its sorted candidates; block of kSampleThreads.
-__device__ __forceinline__ void sample_pick_work(const SampleParams& p, int g, int tid, SamplePickStorage& sm) {
+// Work item g = group row (job p.list[g]) over its sorted candidates; a whole-CTA group of
+// kSampleThreads threads (CUB block primitives).
+__device__ __forceinline__ void sample_pick_work(const SampleParams& p, int g, Group grp, SamplePickStorage& sm) {
+  const int tid = grp.tid;
   const int j = p.list[g];
   const SampleJob job = p.jobs[j];
   const int V = p.vocab;
@@ -164,14 +169,14 @@ __device__ __forceinline__ void sample_pick_work(const SampleParams& p, int g, i
   }
   double base = 0, z = 0;
   cub::BlockScan<double, kSampleThreads>(sm.cub.scan).ExclusiveSum(s, base, z);
-  __syncthreads();
+  grp.sync();
   npos = cub::BlockReduce<int, kSampleThreads>(sm.cub.reduce).Sum(npos);  // valid in thread 0
   if (tid == 0) {
     sm.found = npos;  // temporarily: the count of positive weights
   }
-  __syncthreads();
+  grp.sync();
   npos = sm.found;
-  __syncthreads();
+  grp.sync();
 
   // First index of a thread's run where cond(P_i) holds, P_i summed from the run's base.
   auto first_where = [&](auto cond, int limit, double& p_at) {
@@ -179,7 +184,7 @@ __device__ __forceinline__ void sample_pick_work(const SampleParams& p, int g, i
       sm.found = INT32_MAX;
       sm.found_p = 0;
     }
-    __syncthreads();
+    grp.sync();
     double P = base;
     int mine = INT32_MAX;
     for (int i = b0; i < min(b1, limit); ++i) {
@@ -190,12 +195,12 @@ __device__ __forceinline__ void sample_pick_work(const SampleParams& p, int g, i
       }
     }
     if (mine != INT32_MAX) atomicMin(&sm.found, mine);
-    __syncthreads();
+    grp.sync();
     if (mine != INT32_MAX && mine == sm.found) sm.found_p = P;
-    __syncthreads();
+    grp.sync();
     const int f = sm.found;
     p_at = sm.found_p;
-    __syncthreads();
+    grp.sync();
     return f;
   };
 
@@ -219,5 +224,29 @@ __device__ __forceinline__ void sample_pick_work(const SampleParams& p, int g, i
     p.status[j] = kSampleOk;
   }
 }
+
+// ---- the ops (shapes in native/sampling.cu: CUB's storage sizes are known there) ----
+struct SampleGreedyOp : OpBounds<kSampleThreads> {
+  using Params = SampleParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    sample_greedy_work(p, int(w), g, *reinterpret_cast<typename SampleGreedyReduce::TempStorage*>(smem));
+  }
+};
+constexpr int kSamplePrepThreads = 256;
+// Item = (slice of 256 elements, group row), slice fastest.
+struct SamplePrepOp : OpBounds<kSamplePrepThreads> {
+  using Params = SampleParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t*) {
+    const int64_t slices = ceil_div(p.vocab, kSamplePrepThreads);
+    const int i = int(w % slices) * kSamplePrepThreads + g.tid;
+    if (i < p.vocab) sample_prep_work(p, int(w / slices), i);
+  }
+};
+struct SamplePickOp : OpBounds<kSampleThreads> {
+  using Params = SampleParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    sample_pick_work(p, int(w), g, *reinterpret_cast<SamplePickStorage*>(smem));
+  }
+};
 
 }  // namespace m3::kernels

@@ -14,11 +14,10 @@
 #include <cstdint>
 
 #include "core/codecs.h"
+#include "kernels/formats.h"
+#include "kernels/group.cuh"
 
 namespace m3::kernels {
-
-enum class WeightFmt : int { FP8, BF16, F32 };  // row formats of the dense (non-MX) weights
-enum class ActFmt : int { BF16, F32 };          // activation formats
 
 namespace wstream {
 
@@ -144,28 +143,28 @@ __device__ __forceinline__ float warp_sum_xor(float v) {
   return v;
 }
 
-// Sums acc[0..V) over the NT threads of the block in a fixed order (warp butterfly, then warps in
-// index order). After the call, smem[i] for i < V holds the sums. smem: (NT / 32) * V floats.
-// Contains __syncthreads: every thread of the block must call it.
+// Sums acc[0..V) over the NT threads of group g (g.nthreads == NT) in a fixed order (warp
+// butterfly, then warps in index order). After the call, smem[i] for i < V holds the sums.
+// smem: (NT / 32) * V floats. Synchronizes the group: every thread of it must call it.
 template <int V, int NT>
-__device__ __forceinline__ void block_sum(float (&acc)[V], int tid, float* smem) {
+__device__ __forceinline__ void block_sum(float (&acc)[V], Group g, float* smem) {
   constexpr int kWarps = NT / 32;
-  const int lane = tid & 31, warp = tid >> 5;
+  const int tid = g.tid, lane = tid & 31, warp = tid >> 5;
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const float s = warp_sum_xor(acc[i]);
     if (lane == 0) smem[warp * V + i] = s;
   }
-  __syncthreads();
+  g.sync();
   float tot = 0;
   if (tid < V) {
     tot = smem[tid];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) tot += smem[w * V + tid];
   }
-  __syncthreads();
+  g.sync();
   if (tid < V) smem[tid] = tot;
-  __syncthreads();
+  g.sync();
 }
 
 }  // namespace wstream

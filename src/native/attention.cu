@@ -1,6 +1,6 @@
-// Attention launchers: one 256-thread block per (token, KV group, split), one instantiation per
-// (cache dtype, head_dim in {64, 128}); a combine kernel (one block per token x KV group x 256
-// outputs) that folds the chunk states when S > 1.
+// Attention launchers: one 256-thread item per (token, KV group, split), one instantiation per
+// (cache dtype, head_dim in {64, 128}); a combine (one item per token x KV group x 256 outputs)
+// that folds the chunk states when S > 1.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,32 +8,9 @@
 #include "kernels/attention.cuh"
 #include "native/attention.h"
 #include "native/cuda_check.h"
+#include "native/launch.cuh"
 
 namespace m3::native {
-namespace {
-
-constexpr int kThreads = kernels::kAttnWarps * 32;
-constexpr int kCombineThreads = 256;
-
-template <class C, int D>
-__global__ void __launch_bounds__(kThreads) attention_split_kernel(kernels::AttentionParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  kernels::attention_split_work<C, D>(int64_t(blockIdx.x), int(threadIdx.x), smem, p);
-}
-
-__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(kernels::AttentionParams p) {
-  extern __shared__ float wts[];
-  kernels::attention_combine_work(int64_t(blockIdx.x), int(threadIdx.x), kCombineThreads, wts, p);
-}
-
-template <class C, int D>
-void launch_split(const kernels::AttentionParams& p, int64_t blocks, int group, cudaStream_t s) {
-  const int smem = kernels::AttnSmem<C, D>::bytes(group);
-  M3_CHECK(smem <= 48 * 1024, "attention: {} bytes of shared memory for group {} x head_dim {}", smem, group, D);
-  attention_split_kernel<C, D><<<unsigned(blocks), kThreads, size_t(smem), s>>>(p);
-}
-
-}  // namespace
 
 int attention_max_tiles(bool sparse, int topk, int block_size, int max_context) {
   int64_t keys = sparse ? int64_t(topk) * block_size : int64_t(max_context);
@@ -54,8 +31,8 @@ size_t attention_workspace_bytes(int num_tokens, int num_heads, int kv_heads, in
          size_t(num_tokens) * size_t(kv_heads) * sizeof(int32_t);
 }
 
-int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, const KvLayerView& cache,
-                      cudaStream_t stream) {
+kernels::AttentionParams make_attention_params(const AttentionArgs& a, const StepMetadataView& meta,
+                                               const KvLayerView& cache) {
   const int T = meta.num_tokens;
   const int KV = cache.kv_heads, D = cache.head_dim;
   M3_CHECK(KV > 0 && a.num_heads > 0 && a.num_heads % KV == 0, "attention: {} query heads for {} KV heads",
@@ -67,14 +44,12 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
   M3_CHECK(a.q && a.out, "attention: q and out must be set");
   M3_CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0, "attention: q must be 16-byte aligned");
   M3_CHECK(!a.selected || a.topk > 0, "attention: selected blocks given with topk {}", a.topk);
-  if (T == 0) return 1;
+  M3_CHECK(cache.kv_dtype == DType::F8_E4M3 || cache.kv_dtype == DType::BF16,
+           "attention: K/V cache dtype {} unsupported", dtype_name(cache.kv_dtype));
   const int max_tiles = attention_max_tiles(a.selected != nullptr, a.topk, cache.block_size, meta.max_context);
   const int P = a.tiles_per_chunk > 0 ? a.tiles_per_chunk : kDefaultTilesPerChunk;
   const int C = attention_chunks(max_tiles, P);
-  int S = a.num_splits > 0 ? std::min(a.num_splits, std::max(C, 1)) : attention_splits(T, KV, C, device_sm_count());
-  const int64_t blocks = int64_t(T) * KV * S;
-  M3_CHECK(blocks < (int64_t(1) << 31), "attention: {} work items exceed the grid", blocks);
-
+  const int S = a.num_splits > 0 ? std::min(a.num_splits, std::max(C, 1)) : attention_splits(T, KV, C, device_sm_count());
   kernels::AttentionParams p;
   p.q = a.q;
   p.k_cache = cache.k;
@@ -97,6 +72,10 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
   p.tiles_per_chunk = P;
   p.max_chunks = C;
   p.out = a.out;
+  p.kv_fmt = cache.kv_dtype == DType::F8_E4M3 ? kernels::CacheFmt::FP8 : kernels::CacheFmt::BF16;
+  const int group = a.num_heads / KV;
+  const int smem = kernels::attention_split_shape(p).smem_bytes;
+  M3_CHECK(smem <= 48 * 1024, "attention: {} bytes of shared memory for group {} x head_dim {}", smem, group, D);
   if (S > 1) {
     size_t need = attention_workspace_bytes(T, a.num_heads, KV, D, C);
     M3_CHECK(a.workspace && a.workspace_bytes >= need, "attention: workspace {} bytes, {} chunks need {}",
@@ -104,29 +83,38 @@ int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, cons
     p.part_o = static_cast<float*>(a.workspace);
     p.part_ml = p.part_o + size_t(T) * a.num_heads * C * D;
     p.part_n = reinterpret_cast<int32_t*>(p.part_ml + size_t(T) * a.num_heads * C * 2);
+    const int wsmem = kernels::attention_combine_shape(p).smem_bytes;
+    M3_CHECK(wsmem <= 48 * 1024,
+             "attention: {} chunks x {} heads exceed the combine's shared memory (raise tiles_per_chunk)", C, group);
   }
-  const int group = a.num_heads / KV;
-  using kernels::CacheBf16;
-  using kernels::CacheFp8;
-  if (cache.kv_dtype == DType::F8_E4M3) {
-    if (D == 64) launch_split<CacheFp8, 64>(p, blocks, group, stream);
-    else launch_split<CacheFp8, 128>(p, blocks, group, stream);
-  } else if (cache.kv_dtype == DType::BF16) {
-    if (D == 64) launch_split<CacheBf16, 64>(p, blocks, group, stream);
-    else launch_split<CacheBf16, 128>(p, blocks, group, stream);
+  return p;
+}
+
+void launch_attention_split(const kernels::AttentionParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  using namespace kernels;
+  const WorkShape sh = attention_split_shape(p);
+  const bool fp8 = p.kv_fmt == CacheFmt::FP8;
+  if (p.head_dim == 64) {
+    if (fp8) launch_op<AttentionSplitOp<CacheFp8, 64>>(p, sh, stream, "attention", opt);
+    else launch_op<AttentionSplitOp<CacheBf16, 64>>(p, sh, stream, "attention", opt);
   } else {
-    M3_FAIL("attention: K/V cache dtype {} unsupported", dtype_name(cache.kv_dtype));
+    if (fp8) launch_op<AttentionSplitOp<CacheFp8, 128>>(p, sh, stream, "attention", opt);
+    else launch_op<AttentionSplitOp<CacheBf16, 128>>(p, sh, stream, "attention", opt);
   }
-  M3_LAUNCH_CHECK(stream);
-  if (S > 1) {
-    const size_t wsmem = size_t(kernels::attention_combine_smem_floats(group, C)) * sizeof(float);
-    M3_CHECK(wsmem <= 48 * 1024, "attention: {} chunks x {} heads exceed the combine kernel's shared memory (raise "
-             "tiles_per_chunk)", C, group);
-    const int64_t cblocks = int64_t(T) * KV * kernels::attention_combine_chunks(group, D, kCombineThreads);
-    attention_combine_kernel<<<unsigned(cblocks), kCombineThreads, wsmem, stream>>>(p);
-    M3_LAUNCH_CHECK(stream);
-  }
-  return S;
+}
+
+void launch_attention_combine(const kernels::AttentionParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  M3_CHECK(p.num_splits > 1, "attention combine: nothing to combine (1 split)");
+  launch_op<kernels::AttentionCombineOp>(p, kernels::attention_combine_shape(p), stream, "attention_combine", opt);
+}
+
+int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, const KvLayerView& cache,
+                      cudaStream_t stream) {
+  if (meta.num_tokens == 0) return 1;
+  const kernels::AttentionParams p = make_attention_params(a, meta, cache);
+  launch_attention_split(p, stream);
+  if (p.num_splits > 1) launch_attention_combine(p, stream);
+  return p.num_splits;
 }
 
 }  // namespace m3::native

@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention_params.h"
 #include "native/kv_cache.h"
+#include "native/launch.h"
 #include "native/step_metadata.h"
 
 namespace m3::native {
@@ -38,7 +40,14 @@ inline int attention_chunks(int max_tiles, int tiles_per_chunk) {
 // Workspace of a launch with more than one block per (token, KV group): every chunk's state.
 size_t attention_workspace_bytes(int num_tokens, int num_heads, int kv_heads, int head_dim, int max_chunks);
 
-// Returns the split count it used.
+// The params of the split work (and, when num_splits > 1, of the combine: the same params), with
+// every check; a refusal names the op and what is wrong.
+kernels::AttentionParams make_attention_params(const AttentionArgs& a, const StepMetadataView& meta,
+                                               const KvLayerView& cache);
+void launch_attention_split(const kernels::AttentionParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch_attention_combine(const kernels::AttentionParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+
+// make + launch (split, then combine when S > 1). Returns the split count it used.
 int attention_forward(const AttentionArgs& a, const StepMetadataView& meta, const KvLayerView& cache,
                       cudaStream_t stream);
 

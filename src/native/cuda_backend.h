@@ -2,7 +2,7 @@
 // for any batch shape (prefill, chunked prefill, mixed prefill + decode, decode of any size), over
 // the prepared weight arena (native/prepared.h) and paged FP8/BF16 caches (native/kv_cache.h).
 //
-// Forward of one pass of T token rows (cuda_backend.cpp):
+// Forward of one pass of T token rows (native/layer_plan.cpp):
 //   embedding -> per layer [RMSNorm(+residual) -> fused FP8 q|k|v|iq|ik projection -> q/k norm +
 //   RoPE + cache insert -> (sparse layers: indexer) -> attention -> FP8 O projection ->
 //   RMSNorm + residual -> dense MLP or router + MoE (+ shared expert)] -> final norm -> lm_head.
@@ -21,6 +21,10 @@
 // lm_head (eagerly, after a graph's replay; never captured), tokens back to the host; the logits
 // copy is skipped when every sequence of the step samples and none wants logits.
 //
+// The forward itself is data (native/forward.h, native/layer_plan.h): a plan of op calls per pass,
+// built once per decode bucket; the sparse layer range runs through the plan or, per step, through
+// a registered LayerRangeRunner (native/layer_range.h: the mono path's seam).
+//
 // Plain C++ header (no CUDA include), so host code can hold a backend; built only with CUDA.
 #pragma once
 #include <cstdint>
@@ -30,6 +34,7 @@
 
 #include "core/dtype.h"
 #include "runtime/backend.h"
+#include "runtime/dispatcher.h"
 
 // Same declaration as CUDA's driver_types.h, so this header needs no CUDA include.
 typedef struct CUstream_st* cudaStream_t;
@@ -38,6 +43,7 @@ namespace m3::native {
 
 class PreparedWeights;
 class DeviceKvCache;
+class LayerRangeRunner;
 
 struct CudaBackendOptions {
   int num_cache_blocks = 256;  // blocks of spec.index_block tokens
@@ -46,13 +52,11 @@ struct CudaBackendOptions {
   DType kv_dtype = DType::F8_E4M3;  // main K/V cache: F8_E4M3 or BF16
   DType ik_dtype = DType::F8_E4M3;  // index-K cache: F8_E4M3 or BF16
   float k_scale = 1, v_scale = 1, ik_scale = 1;  // FP8 cache scales (every layer)
-  // No effect: every linear layer keeps fp32 activations (bf16 hi + lo on tensor cores, any M;
-  // native/linear.h). Kept for the tests' variants.
-  bool fp32_activations = false;
   bool cuda_graphs = true;     // replay captured graphs for decode buckets
   int max_graph_batch = 64;    // largest decode bucket (a power of two, <= max_tokens)
   int logits_rows = 256;       // lm_head rows per pass (more output rows run in passes)
   int device = -1;             // CUDA device (-1: the current one)
+  bool pdl = false;            // programmatic dependent launch for every op (native/launch.h; M3_PDL=1 too)
 };
 
 struct CudaBackendStats {
@@ -66,25 +70,6 @@ struct BlockScoreTrace {
   std::vector<std::vector<std::vector<std::vector<float>>>> scores;  // [sparse layer][token][group][block]
 };
 
-// Benchmark instrumentation (m3mono bench, src/bench/cuda/native_runner.cpp): sees the ops of a
-// forward while their launches are enqueued on the backend's stream (so an observer may enqueue
-// timing events or copies there, also inside a capture).
-class StepObserver {
- public:
-  virtual ~StepObserver() = default;
-  // Before the launches of one op. Ops: "embed"; per layer "norms" (input, then post-attention
-  // RMSNorm + residual), "qkv" (fused q|k|v|iq|ik FP8 projection), "rope_cache" (q/k norm + RoPE +
-  // cache insert), "index_k" (indexer: index-K scores + block top-k, sparse layers), "kv"
-  // (attention over the K/V cache), "o", "moe" (router + routed experts + shared expert + combine)
-  // or "dense_mlp"; then "lm_head" (final norm + lm_head). layer: model layer, -1 outside layers.
-  virtual void before_op(cudaStream_t stream, const char* op, int layer) = 0;
-  // After layer `layer`'s MoE launches: its routed experts, device int32 [rows][top_k] (rows =
-  // the pass's rows, padding included), overwritten by the next MoE layer: copy them on `stream`.
-  virtual void after_moe(cudaStream_t stream, int layer, const int32_t* ids, int rows, int top_k) {
-    (void)stream, (void)layer, (void)ids, (void)rows, (void)top_k;
-  }
-};
-
 class CudaBackend : public Backend {
  public:
   ~CudaBackend() override = default;
@@ -95,27 +80,12 @@ class CudaBackend : public Backend {
   // When set, traced steps also fill *scores (nullptr turns it off).
   virtual void set_block_score_trace(BlockScoreTrace* scores) = 0;
 
-  // ---- benchmark hooks (m3mono bench, bench/cuda/native_runner.cpp); not for serving ----
-  // Declares positions [0, length) of the sequence with this block table written, as if earlier
-  // steps had written them, WITHOUT touching the cache: a benchmark fills the cache with random
-  // K/V and times a decode step at context `length` without prefilling `length` tokens. Later
-  // steps read whatever the cache holds there (step() still validates everything else).
-  virtual void assume_cache_filled(std::span<const int32_t> block_table, int64_t length) = 0;
-  // Makes a decode batch (every sequence one new token, at most max_graph_batch sequences) ready
-  // for enqueue_decode: validated as step() validates it, its bucket's metadata and token ids
-  // uploaded to the fixed-address device buffers (synchronously). Returns the bucket (rows).
-  virtual int prepare_decode(const StepBatch& batch) = 0;
-  // Enqueues the launches of the prepared bucket: exactly what step() replays as the bucket's
-  // CUDA graph (layers, final norm, lm_head into device_logits(); no host copies), on the
-  // backend's stream, ordered after the work already on `stream` and with `stream` waiting for
-  // their end, so a caller capturing `stream` captures them (and times them with events on it).
-  // Every replay repeats the same step (it rewrites the same cache slots). obs may be null.
-  virtual void enqueue_decode(cudaStream_t stream, StepObserver* obs) = 0;
-  // fp32 [bucket rows][vocab] logits of the last enqueue_decode (device memory).
-  virtual const float* device_logits() const = 0;
-  // step() with obs seeing its ops (decode batches run their bucket eagerly: no graph replay or
-  // capture), ordered after the work already on `stream` and with `stream` waiting for its end.
-  virtual StepOutput step_observed(const StepBatch& batch, cudaStream_t stream, StepObserver* obs) = 0;
+  // Registers a runner of the sparse layer range (the mono path), tried before native on every
+  // step (runtime/dispatcher.h): a step it accepts runs its sparse layers through it, any other
+  // runs them natively. Steps with a SelectionTrace always run natively ("traced").
+  virtual void add_layer_range_runner(std::unique_ptr<LayerRangeRunner> runner) = 0;
+  // Steps per path and fallbacks per reason so far.
+  virtual const Dispatcher& dispatcher() const = 0;
 };
 
 // The weights are shared (tests dequantize them for the CPU reference). Checks that the arena is

@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/indexer_params.h"
 #include "native/kv_cache.h"
+#include "native/launch.h"
 #include "native/step_metadata.h"
 
 namespace m3::native {
@@ -23,7 +25,13 @@ struct IndexerArgs {
 // Workspace for T rows whose causal lengths are at most max_context.
 size_t indexer_workspace_bytes(int num_tokens, int index_heads, int max_context, int block_size);
 
-// Selects blocks for meta.num_tokens rows from the layer's index-K cache (cache.ik).
+// The params of both launches (block scores, then top-k), with every check.
+kernels::IndexerParams make_indexer_params(const IndexerArgs& a, const StepMetadataView& meta,
+                                           const KvLayerView& cache);
+void launch_indexer_scores(const kernels::IndexerParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch_indexer_topk(const kernels::IndexerParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+
+// make + both launches: selects blocks for meta.num_tokens rows from the layer's index-K cache.
 void indexer_select(const IndexerArgs& a, const StepMetadataView& meta, const KvLayerView& cache, cudaStream_t stream);
 
 }  // namespace m3::native

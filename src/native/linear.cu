@@ -1,11 +1,12 @@
 // Launchers of the linear layers (native/linear.h): the tensor-core kernel (kernels/mma_linear.cuh)
-// in its wide (decode: one CTA of P warps per tile) and deep (prefill: one warp per tile) modes,
-// and the CUDA-core GEMV (kernels/gemv.cuh), one block per work item.
+// in its wide (decode: one item of P warps per tile) and deep (prefill: one warp per tile) modes,
+// and the CUDA-core GEMV (kernels/gemv.cuh), one item per (rows, token group).
 #include <algorithm>
 
 #include "kernels/gemv.cuh"
 #include "kernels/mma_linear.cuh"
 #include "native/cuda_check.h"
+#include "native/launch.cuh"
 #include "native/linear.h"
 
 namespace m3::native {
@@ -14,39 +15,6 @@ using kernels::ActFmt;
 using kernels::WeightFmt;
 
 namespace {
-
-template <WeightFmt W, ActFmt X, int MT>
-__global__ void __launch_bounds__(kernels::kGemvThreads) gemv_kernel(kernels::GemvParams p) {
-  __shared__ float smem[kernels::gemv_smem_floats<MT>()];
-  // block (x, y): rows of work item x for tokens [y * MT, y * MT + MT) (all tokens when gridDim.y is 1)
-  const int tb = gridDim.y == 1 ? 0 : int(blockIdx.y) * MT;
-  const int te = gridDim.y == 1 ? p.M : min(p.M, tb + MT);
-  kernels::gemv_work<W, X, MT>(p, blockIdx.x, threadIdx.x, smem, tb, te);
-}
-
-template <WeightFmt W, ActFmt X>
-void launch_gemv(const kernels::GemvParams& p, cudaStream_t s) {
-  const int mt = p.M <= 1 ? 1 : p.M <= 2 ? 2 : p.M <= 4 ? 4 : p.M <= 8 ? 8 : 16;
-  // more tokens than one pass: one block per (work item, MT tokens) instead of every block walking
-  // all M (the F32 router over an 8K-token prefill took 16.8 ms a layer on an H200 that way)
-  const int groups = (p.M + mt - 1) / mt;
-  M3_CHECK(groups < 65536, "gemv: {} tokens in one call (at most {})", p.M, 65535 * 16);
-  const dim3 grid(unsigned(kernels::gemv_work_items(p.N, mt)), unsigned(groups));
-  switch (mt) {
-    case 1: gemv_kernel<W, X, 1><<<grid, kernels::kGemvThreads, 0, s>>>(p); break;
-    case 2: gemv_kernel<W, X, 2><<<grid, kernels::kGemvThreads, 0, s>>>(p); break;
-    case 4: gemv_kernel<W, X, 4><<<grid, kernels::kGemvThreads, 0, s>>>(p); break;
-    case 8: gemv_kernel<W, X, 8><<<grid, kernels::kGemvThreads, 0, s>>>(p); break;
-    default: gemv_kernel<W, X, 16><<<grid, kernels::kGemvThreads, 0, s>>>(p); break;
-  }
-  M3_LAUNCH_CHECK(s);
-}
-
-template <WeightFmt W>
-void launch_gemv_x(const kernels::GemvParams& p, DType xt, cudaStream_t s) {
-  if (xt == DType::BF16) launch_gemv<W, ActFmt::BF16>(p, s);
-  else launch_gemv<W, ActFmt::F32>(p, s);
-}
 
 void check_act(const ActIn& x, int K, int M, const char* what) {
   M3_CHECK(x.dtype == DType::BF16 || x.dtype == DType::F32, "{}: activations must be BF16 or F32, got {}", what,
@@ -69,86 +37,59 @@ void check_weight_out(const void* w, DType wdtype, const float* w_scale, int64_t
   M3_CHECK(y && ld_y >= (swiglu ? N / 2 : N), "{}: output ld {} < {}", what, ld_y, swiglu ? N / 2 : N);
 }
 
-// ---- tensor-core kernel ----
-
-using kernels::MmaLinearParams;
-
-template <WeightFmt W, ActFmt X, int RT, int NT>
-__global__ void __launch_bounds__(kernels::kMmaMaxChains * 32, 1) mma_wide_kernel(MmaLinearParams p) {
-  extern __shared__ float smem[];
-  kernels::mma_linear_wide_work<W, X, RT, NT>(p, int(blockIdx.x), int(blockIdx.y), int(threadIdx.x), smem);
-}
-// The decode tile (1 x 1) is held to 72 registers: 28 warps per SM, so two CTAs of up to 14 warps
-// share an SM (mma_linear_chains aims at 14 warps per SM: one wave).
-template <WeightFmt W, ActFmt X>
-__global__ void __maxnreg__(72) mma_decode_kernel(MmaLinearParams p) {
-  extern __shared__ float smem[];
-  kernels::mma_linear_wide_work<W, X, 1, 1>(p, int(blockIdx.x), int(blockIdx.y), int(threadIdx.x), smem);
-}
-
-template <WeightFmt W, ActFmt X, int RT, int NT>
-__global__ void __launch_bounds__(kernels::kMmaDeepWarps * 32, 1) mma_deep_kernel(MmaLinearParams p, int tiles_n) {
-  constexpr int kPerWarp = kernels::mma::deep_smem_floats_per_warp<RT, NT>();
-  __shared__ float smem[kernels::kMmaDeepWarps * kPerWarp];
-  const int warp = int(threadIdx.x) >> 5;
-  const int tile_n = int(blockIdx.x) * kernels::kMmaDeepWarps + warp;
-  if (tile_n >= tiles_n) return;  // the deep work has no block barrier
-  kernels::mma_linear_deep_work<W, X, RT, NT>(p, tile_n, int(blockIdx.y), int(threadIdx.x) & 31, smem + warp * kPerWarp);
-}
-
-template <WeightFmt W, ActFmt X, int RT, int NT>
-void launch_wide(const MmaLinearParams& p, cudaStream_t s) {
-  const dim3 grid(unsigned((p.N + 16 * RT - 1) / (16 * RT)), unsigned((p.M + 8 * NT - 1) / (8 * NT)));
-  const size_t smem = size_t(kernels::mma::wide_smem_floats<RT, NT>(p.chains)) * sizeof(float);
-  static_assert(size_t(kernels::mma::wide_smem_floats<RT, NT>(kernels::kMmaMaxChains)) * 4 <= 48 * 1024,
-                "wide tile needs more than the default shared memory");
-  if constexpr (RT == 1 && NT == 1) mma_decode_kernel<W, X><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
-  else mma_wide_kernel<W, X, RT, NT><<<grid, unsigned(32 * p.chains), smem, s>>>(p);
-  M3_LAUNCH_CHECK(s);
-}
-
-template <WeightFmt W, ActFmt X, int RT, int NT>
-void launch_deep(const MmaLinearParams& p, cudaStream_t s) {
-  const int tiles_n = (p.N + 16 * RT - 1) / (16 * RT);
-  const dim3 grid(unsigned((tiles_n + kernels::kMmaDeepWarps - 1) / kernels::kMmaDeepWarps),
-                  unsigned((p.M + 8 * NT - 1) / (8 * NT)));
-  mma_deep_kernel<W, X, RT, NT><<<grid, unsigned(32 * kernels::kMmaDeepWarps), 0, s>>>(p, tiles_n);
-  M3_LAUNCH_CHECK(s);
-}
-
-template <WeightFmt W, ActFmt X>
-void launch_mma(const MmaLinearParams& p, MmaTiling t, cudaStream_t s) {
-  if (t.deep) {
-    if (t.rt == 4 && t.nt == 4) return launch_deep<W, X, 4, 4>(p, s);
-  } else {
-    if (t.rt == 1 && t.nt == 1) return launch_wide<W, X, 1, 1>(p, s);
-    if (t.rt == 1 && t.nt == 2) return launch_wide<W, X, 1, 2>(p, s);
-    if (t.rt == 2 && t.nt == 1) return launch_wide<W, X, 2, 1>(p, s);
-    if (t.rt == 2 && t.nt == 2) return launch_wide<W, X, 2, 2>(p, s);
-    if (t.rt == 4 && t.nt == 1) return launch_wide<W, X, 4, 1>(p, s);
+WeightFmt weight_fmt(DType t, const char* what) {
+  switch (t) {
+    case DType::F8_E4M3: return WeightFmt::FP8;
+    case DType::BF16: return WeightFmt::BF16;
+    case DType::F32: return WeightFmt::F32;
+    default: M3_FAIL("{}: unsupported weight dtype {}", what, dtype_name(t));
   }
-  M3_FAIL("mma_linear: no {} tiling rt {} nt {}", t.deep ? "deep" : "wide", t.rt, t.nt);
+}
+
+// ---- GEMV ----
+
+template <WeightFmt W, ActFmt X>
+void launch_gemv(const kernels::GemvParams& p, cudaStream_t s, const LaunchOptions& o) {
+  const kernels::WorkShape sh = kernels::gemv_shape(p);
+  switch (p.mt) {
+    case 1: return launch_op<kernels::GemvOp<W, X, 1>>(p, sh, s, "gemv", o);
+    case 2: return launch_op<kernels::GemvOp<W, X, 2>>(p, sh, s, "gemv", o);
+    case 4: return launch_op<kernels::GemvOp<W, X, 4>>(p, sh, s, "gemv", o);
+    case 8: return launch_op<kernels::GemvOp<W, X, 8>>(p, sh, s, "gemv", o);
+    case 16: return launch_op<kernels::GemvOp<W, X, 16>>(p, sh, s, "gemv", o);
+    default: M3_FAIL("gemv: {} tokens per pass (1, 2, 4, 8 or 16)", p.mt);
+  }
+}
+
+template <WeightFmt W>
+void launch_gemv_x(const kernels::GemvParams& p, cudaStream_t s, const LaunchOptions& o) {
+  if (p.xfmt == ActFmt::BF16) launch_gemv<W, ActFmt::BF16>(p, s, o);
+  else launch_gemv<W, ActFmt::F32>(p, s, o);
+}
+
+// ---- tensor cores ----
+
+template <WeightFmt W, ActFmt X>
+void launch_mma(const kernels::MmaLinearParams& p, cudaStream_t s, const LaunchOptions& o) {
+  using namespace kernels;
+  const WorkShape sh = mma_linear_shape(p);
+  if (p.deep) {
+    if (p.rt == 4 && p.nt == 4) return launch_op<MmaDeepOp<W, X, 4, 4>>(p, sh, s, "mma_linear", o);
+  } else {
+    if (p.rt == 1 && p.nt == 1) return launch_op<MmaDecodeOp<W, X>>(p, sh, s, "mma_linear", o);
+    if (p.rt == 1 && p.nt == 2) return launch_op<MmaWideOp<W, X, 1, 2>>(p, sh, s, "mma_linear", o);
+    if (p.rt == 2 && p.nt == 1) return launch_op<MmaWideOp<W, X, 2, 1>>(p, sh, s, "mma_linear", o);
+    if (p.rt == 2 && p.nt == 2) return launch_op<MmaWideOp<W, X, 2, 2>>(p, sh, s, "mma_linear", o);
+    if (p.rt == 4 && p.nt == 1) return launch_op<MmaWideOp<W, X, 4, 1>>(p, sh, s, "mma_linear", o);
+  }
+  M3_FAIL("mma_linear: no {} tiling rt {} nt {}", p.deep ? "deep" : "wide", p.rt, p.nt);
 }
 
 }  // namespace
 
-LinearContext::~LinearContext() {
-  for (void* b : bufs_)
-    if (b) cudaFree(b);
-}
-void* LinearContext::scratch(int which, size_t bytes) {
-  M3_CHECK(which >= 0 && which < 4, "LinearContext::scratch: slot {} out of range", which);
-  if (sizes_[which] < bytes) {
-    if (bufs_[which]) M3_CUDA_CHECK(cudaFree(bufs_[which]));
-    bufs_[which] = nullptr;
-    M3_CUDA_CHECK(cudaMalloc(&bufs_[which], bytes));
-    sizes_[which] = bytes;
-  }
-  return bufs_[which];
-}
-
-void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
-          float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream) {
+kernels::GemvParams make_gemv_params(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K,
+                                     const ActIn& x, int M, float* y, int64_t ld_y, bool swiglu, float alpha,
+                                     float limit) {
   check_act(x, K, M, "gemv");
   check_weight_out(w, wdtype, w_scale, ld_w, N, K, y, ld_y, swiglu, "gemv");
   kernels::GemvParams p;
@@ -165,12 +106,26 @@ void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N
   p.swiglu = swiglu ? 1 : 0;
   p.alpha = alpha;
   p.limit = limit;
-  switch (wdtype) {
-    case DType::F8_E4M3: return launch_gemv_x<WeightFmt::FP8>(p, x.dtype, stream);
-    case DType::BF16: return launch_gemv_x<WeightFmt::BF16>(p, x.dtype, stream);
-    case DType::F32: return launch_gemv_x<WeightFmt::F32>(p, x.dtype, stream);
-    default: M3_FAIL("gemv: unsupported weight dtype {}", dtype_name(wdtype));
+  p.wfmt = weight_fmt(wdtype, "gemv");
+  p.xfmt = x.dtype == DType::BF16 ? ActFmt::BF16 : ActFmt::F32;
+  p.mt = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16;
+  // more tokens than one pass: one item per (rows, MT tokens) instead of every item walking all M
+  // (the F32 router over an 8K-token prefill took 16.8 ms a layer on an H200 that way)
+  p.token_groups = (M + p.mt - 1) / p.mt;
+  return p;
+}
+
+void launch(const kernels::GemvParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  switch (p.wfmt) {
+    case WeightFmt::FP8: return launch_gemv_x<WeightFmt::FP8>(p, stream, opt);
+    case WeightFmt::BF16: return launch_gemv_x<WeightFmt::BF16>(p, stream, opt);
+    case WeightFmt::F32: return launch_gemv_x<WeightFmt::F32>(p, stream, opt);
   }
+}
+
+void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
+          float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream) {
+  launch(make_gemv_params(w, wdtype, w_scale, ld_w, N, K, x, M, y, ld_y, swiglu, alpha, limit), stream);
 }
 
 int mma_chains(int N, int K) { return kernels::mma_linear_chains(N, K, device_sm_count()); }
@@ -186,14 +141,14 @@ MmaTiling mma_tiling_for(int N, int K, int M) {
   return {2, 2, false};
 }
 
-void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
-                float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream, MmaTiling tiling) {
+kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N,
+                                                int K, const ActIn& x, int M, float* y, int64_t ld_y, bool swiglu,
+                                                float alpha, float limit, MmaTiling tiling) {
   check_act(x, K, M, "mma_linear");
   M3_CHECK(wdtype == DType::F8_E4M3 || wdtype == DType::BF16, "mma_linear: weights must be F8_E4M3 or BF16, got {}",
            dtype_name(wdtype));
   check_weight_out(w, wdtype, w_scale, ld_w, N, K, y, ld_y, swiglu, "mma_linear");
-  M3_CHECK(M <= 65535 * 8, "mma_linear: M {} too large for one launch", M);
-  MmaLinearParams p;
+  kernels::MmaLinearParams p;
   p.w = static_cast<const uint8_t*>(w);
   p.w_scale = w_scale;
   p.ld_w = ld_w;
@@ -209,18 +164,34 @@ void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w,
   p.alpha = alpha;
   p.limit = limit;
   if (tiling.rt == 0) tiling = mma_tiling_for(N, K, M);
-  if (wdtype == DType::F8_E4M3) {
-    if (x.dtype == DType::BF16) launch_mma<WeightFmt::FP8, ActFmt::BF16>(p, tiling, stream);
-    else launch_mma<WeightFmt::FP8, ActFmt::F32>(p, tiling, stream);
+  p.wfmt = weight_fmt(wdtype, "mma_linear");
+  p.xfmt = x.dtype == DType::BF16 ? ActFmt::BF16 : ActFmt::F32;
+  p.rt = tiling.rt;
+  p.nt = tiling.nt;
+  p.deep = tiling.deep ? 1 : 0;
+  static_assert(kernels::mma_wide_smem_floats(4, 1, kernels::kMmaMaxChains) * 4 <= 48 * 1024 &&
+                    kernels::mma_wide_smem_floats(2, 2, kernels::kMmaMaxChains) * 4 <= 48 * 1024,
+                "a wide tile needs more than the default shared memory");
+  return p;
+}
+
+void launch(const kernels::MmaLinearParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  if (p.wfmt == WeightFmt::FP8) {
+    if (p.xfmt == ActFmt::BF16) launch_mma<WeightFmt::FP8, ActFmt::BF16>(p, stream, opt);
+    else launch_mma<WeightFmt::FP8, ActFmt::F32>(p, stream, opt);
   } else {
-    if (x.dtype == DType::BF16) launch_mma<WeightFmt::BF16, ActFmt::BF16>(p, tiling, stream);
-    else launch_mma<WeightFmt::BF16, ActFmt::F32>(p, tiling, stream);
+    if (p.xfmt == ActFmt::BF16) launch_mma<WeightFmt::BF16, ActFmt::BF16>(p, stream, opt);
+    else launch_mma<WeightFmt::BF16, ActFmt::F32>(p, stream, opt);
   }
 }
 
+void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
+                float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream, MmaTiling tiling) {
+  launch(make_mma_linear_params(w, wdtype, w_scale, ld_w, N, K, x, M, y, ld_y, swiglu, alpha, limit, tiling), stream);
+}
+
 void linear_fp8(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,
-                LinearContext* ctx, LinearPath path) {
-  (void)ctx;
+                LinearPath path) {
   if (path == LinearPath::Gemv)
     gemv(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
   else
@@ -228,8 +199,7 @@ void linear_fp8(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_
 }
 
 void linear_dense(const DenseWeight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,
-                  LinearContext* ctx, LinearPath path) {
-  (void)ctx;
+                  LinearPath path) {
   if (path == LinearPath::Gemv || w.dtype == DType::F32)
     gemv(w.data, w.dtype, nullptr, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
   else
@@ -237,8 +207,7 @@ void linear_dense(const DenseWeight& w, const ActIn& x, int M, float* y, int64_t
 }
 
 void dense_mlp(const DenseWeight& gate_up, const DenseWeight& down, const ActIn& x, int M, float alpha, float limit,
-               float* h, int64_t ld_h, float* out, int64_t ld_out, cudaStream_t stream, LinearContext* ctx,
-               LinearPath path) {
+               float* h, int64_t ld_h, float* out, int64_t ld_out, cudaStream_t stream, LinearPath path) {
   const int I = gate_up.rows / 2;
   M3_CHECK(gate_up.rows % 2 == 0 && down.cols == I && down.rows == gate_up.cols,
            "dense_mlp: gate_up [{} x {}] and down [{} x {}] do not match", gate_up.rows, gate_up.cols, down.rows,
@@ -251,7 +220,7 @@ void dense_mlp(const DenseWeight& gate_up, const DenseWeight& down, const ActIn&
     mma_linear(gate_up.data, gate_up.dtype, nullptr, gate_up.ld, gate_up.rows, gate_up.cols, x, M, h, ld_h, true,
                alpha, limit, stream);
   ActIn hin{h, DType::F32, ld_h};
-  linear_dense(down, hin, M, out, ld_out, stream, ctx, path);
+  linear_dense(down, hin, M, out, ld_out, stream, path);
 }
 
 }  // namespace m3::native

@@ -10,12 +10,13 @@
 // order does not depend on M either. No cuBLAS. All pointers are device pointers; outputs fp32.
 // Asynchronous on `stream`.
 #pragma once
-#include <cuda_runtime.h>
-
 #include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/gemv_params.h"
+#include "kernels/mma_params.h"
+#include "native/launch.h"
 
 namespace m3::native {
 
@@ -43,29 +44,15 @@ inline constexpr int kGemvMaxM = 16;
 // Gemv: the CUDA-core GEMV for any M (the router; the bench's comparison).
 enum class LinearPath { Auto, Gemv, Gemm };
 
-// Kept for the callers' API: the kernels need no handle or scratch. scratch() hands out device
-// buffers kept between calls (grown on first use of a larger size: not inside graph capture).
-class LinearContext {
- public:
-  LinearContext() = default;
-  ~LinearContext();
-  LinearContext(const LinearContext&) = delete;
-  LinearContext& operator=(const LinearContext&) = delete;
-  void* scratch(int which, size_t bytes);  // which: 0..3
-
- private:
-  void* bufs_[4] = {};
-  size_t sizes_[4] = {};
-};
-
+// make + launch (the plan builds the params itself: make_mma_linear_params / make_gemv_params).
 void linear_fp8(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,
-                LinearContext* ctx = nullptr, LinearPath path = LinearPath::Auto);
+                LinearPath path = LinearPath::Auto);
 void linear_dense(const DenseWeight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,
-                  LinearContext* ctx = nullptr, LinearPath path = LinearPath::Auto);
+                  LinearPath path = LinearPath::Auto);
 // gate_up: BF16 [2I][H] rows interleaved (2j gate, 2j+1 up); down: BF16 [H][I].
 // h: [M][ld_h] fp32 scratch the caller owns (I columns); out [M][ld_out].
 void dense_mlp(const DenseWeight& gate_up, const DenseWeight& down, const ActIn& x, int M, float alpha, float limit,
-               float* h, int64_t ld_h, float* out, int64_t ld_out, cudaStream_t stream, LinearContext* ctx = nullptr,
+               float* h, int64_t ld_h, float* out, int64_t ld_out, cudaStream_t stream,
                LinearPath path = LinearPath::Auto);
 
 // The GEMV alone with an optional SwiGLU epilogue over interleaved rows (y gets rows/2 columns).
@@ -87,5 +74,17 @@ int mma_chains(int N, int K);  // P on the current device (kernels/mma_linear.cu
 void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K, const ActIn& x, int M,
                 float* y, int64_t ld_y, bool swiglu, float alpha, float limit, cudaStream_t stream,
                 MmaTiling tiling = {});
+
+// Parameter builders (all the checks; a refusal names the op, the tensor and what is wrong) and
+// their launches. w: [N x K] weights of wdtype (16-byte aligned rows of ld_w bytes >= K elements),
+// FP8 weights with their row scales.
+kernels::GemvParams make_gemv_params(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N, int K,
+                                     const ActIn& x, int M, float* y, int64_t ld_y, bool swiglu, float alpha,
+                                     float limit);
+kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N,
+                                                int K, const ActIn& x, int M, float* y, int64_t ld_y, bool swiglu,
+                                                float alpha, float limit, MmaTiling tiling = {});
+void launch(const kernels::GemvParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch(const kernels::MmaLinearParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 
 }  // namespace m3::native

@@ -4,12 +4,12 @@
 //   -> out[t] = shared(t) + sum_k w_k y_(t,k), summed in a fixed order (no atomics).
 // Weights are views into the prepared arena (native/prepared.h); activations fp32.
 #pragma once
-#include <cuda_runtime.h>
-
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "native/linear.h"
+#include "native/op_call.h"
 
 namespace m3::native {
 
@@ -56,17 +56,22 @@ enum class MoeKernel : int { Auto = 0, Wide = 1, Deep = 2, Gemv = 3 };
 void moe_set_kernel(MoeKernel k);
 MoeKernel moe_kernel();
 
-// Benchmarks only: called on the stream before each stage of moe_forward is enqueued, in order:
-// "router", "route" (top-k select + grouping by expert), "split" (tensor-core kernels only), "gate_up", "down", "combine"
-// (gate_up and down include the shared expert). Returning false enqueues nothing more (the
-// outputs are then undefined): a prefix of the stages can be timed without event overhead.
-struct MoeStageHook {
-  virtual ~MoeStageHook() = default;
-  virtual bool before(cudaStream_t s, const char* stage) = 0;
-};
+// The layer's launches, in order, appended to ops (stage "moe", the given layer): "router" (the
+// logits GEMV), "route" (select + group: one op for decode-sized batches, else two), "split"
+// (tensor cores: x = hi + lo), "gate_up" (routed, then the shared expert when it has its own
+// tensors), "down" (likewise), "combine". out[t, :] (t < M, ld_out) = FFN(x[t, :]); x fp32
+// [M][ld_x] (16-byte aligned rows); ws: moe_workspace_bytes(w, M) bytes. All checks happen here.
+void add_moe_ops(std::vector<OpCall>& ops, const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out,
+                 int64_t ld_out, void* ws, size_t ws_bytes, int layer = -1);
 
-// out[t, :] (t < M, ld_out) = FFN(x[t, :]); x fp32 [M][ld_x] (16-byte aligned rows).
+// add_moe_ops, then each launched (tests, benchmarks).
 void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,
-                 size_t ws_bytes, cudaStream_t stream, MoeStageHook* hook = nullptr);
+                 size_t ws_bytes, cudaStream_t stream);
+
+// The expert ops' launches (op_call.cpp dispatches to these).
+void launch(const kernels::MoeSplitParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch(const kernels::MoeGemvParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch(const kernels::MoeCombineParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 
 }  // namespace m3::native

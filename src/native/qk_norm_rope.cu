@@ -1,33 +1,13 @@
-// Launcher of qk_norm_rope_cache_work: 8 warps per block, one (token, vector) work item per warp,
-// one instantiation per (K/V cache dtype, index-K cache dtype).
+// Launcher of qk_norm_rope_cache_work: 8 warps per item, one (token, vector) per warp, one
+// instantiation per (K/V cache dtype, index-K cache dtype).
 #include <cmath>
 
 #include "kernels/qk_norm_rope_cache.cuh"
 #include "native/cuda_check.h"
+#include "native/launch.cuh"
 #include "native/qk_norm_rope.h"
 
 namespace m3::native {
-namespace {
-
-constexpr int kWarps = 8;
-
-template <class KvC, class IkC>
-__global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_cache_kernel(kernels::QkNormRopeCacheParams p) {
-  int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (w >= p.num_work()) return;
-  kernels::qk_norm_rope_cache_work<KvC, IkC>(w, int(threadIdx.x % 32), p);
-}
-
-template <class KvC, class IkC>
-void launch(const kernels::QkNormRopeCacheParams& p, cudaStream_t s) {
-  int64_t blocks = (p.num_work() + kWarps - 1) / kWarps;
-  if (blocks == 0) return;
-  M3_CHECK(blocks < (int64_t(1) << 31), "qk_norm_rope_cache: {} blocks exceed the grid limit", blocks);
-  qk_norm_rope_cache_kernel<KvC, IkC><<<unsigned(blocks), kWarps * 32, 0, s>>>(p);
-  M3_LAUNCH_CHECK(s);
-}
-
-}  // namespace
 
 std::vector<float> rope_inv_freq(int rotary_dim, double theta) {
   M3_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, "rope: rotary_dim must be positive and even, got {}", rotary_dim);
@@ -63,8 +43,8 @@ QkNormRopeArgs qk_norm_rope_args(const ModelSpec& spec, int layer) {
   return a;
 }
 
-void qk_norm_rope_cache(const QkNormRopeArgs& a, const StepMetadataView& meta, const KvLayerView& cache,
-                        cudaStream_t stream) {
+kernels::QkNormRopeCacheParams make_qk_norm_rope_params(const QkNormRopeArgs& a, const StepMetadataView& meta,
+                                                       const KvLayerView& cache) {
   const bool sparse = a.index_heads > 0;
   M3_CHECK(a.num_heads > 0 && a.kv_heads > 0, "qk_norm_rope: heads {} / kv_heads {} must be > 0", a.num_heads,
            a.kv_heads);
@@ -114,17 +94,32 @@ void qk_norm_rope_cache(const QkNormRopeArgs& a, const StepMetadataView& meta, c
   p.k_inv_scale = 1.0f / cache.k_scale;
   p.v_inv_scale = 1.0f / cache.v_scale;
   p.ik_inv_scale = 1.0f / cache.ik_scale;
-  using kernels::CacheBf16;
-  using kernels::CacheFp8;
   const bool kv8 = cache.kv_dtype == DType::F8_E4M3, ik8 = cache.ik_dtype == DType::F8_E4M3;
   M3_CHECK(kv8 || cache.kv_dtype == DType::BF16, "qk_norm_rope: K/V cache dtype {} unsupported",
            dtype_name(cache.kv_dtype));
   M3_CHECK(ik8 || cache.ik_dtype == DType::BF16, "qk_norm_rope: index-K cache dtype {} unsupported",
            dtype_name(cache.ik_dtype));
-  if (kv8 && ik8) launch<CacheFp8, CacheFp8>(p, stream);
-  else if (kv8) launch<CacheFp8, CacheBf16>(p, stream);
-  else if (ik8) launch<CacheBf16, CacheFp8>(p, stream);
-  else launch<CacheBf16, CacheBf16>(p, stream);
+  p.kv_fmt = kv8 ? kernels::CacheFmt::FP8 : kernels::CacheFmt::BF16;
+  p.ik_fmt = ik8 ? kernels::CacheFmt::FP8 : kernels::CacheFmt::BF16;
+  return p;
+}
+
+void launch(const kernels::QkNormRopeCacheParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  using kernels::CacheBf16;
+  using kernels::CacheFp8;
+  using kernels::CacheFmt;
+  using kernels::QkNormRopeCacheOp;
+  const kernels::WorkShape sh = kernels::qk_norm_rope_cache_shape(p);
+  const bool kv8 = p.kv_fmt == CacheFmt::FP8, ik8 = p.ik_fmt == CacheFmt::FP8;
+  if (kv8 && ik8) launch_op<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(p, sh, stream, "qk_norm_rope_cache", opt);
+  else if (kv8) launch_op<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(p, sh, stream, "qk_norm_rope_cache", opt);
+  else if (ik8) launch_op<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(p, sh, stream, "qk_norm_rope_cache", opt);
+  else launch_op<QkNormRopeCacheOp<CacheBf16, CacheBf16>>(p, sh, stream, "qk_norm_rope_cache", opt);
+}
+
+void qk_norm_rope_cache(const QkNormRopeArgs& a, const StepMetadataView& meta, const KvLayerView& cache,
+                        cudaStream_t stream) {
+  launch(make_qk_norm_rope_params(a, meta, cache), stream);
 }
 
 }  // namespace m3::native

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/qk_norm_rope_params.h"
 #include "model/spec.h"
 #include "native/kv_cache.h"
+#include "native/launch.h"
 #include "native/step_metadata.h"
 
 namespace m3::native {
@@ -50,7 +52,12 @@ struct QkNormRopeArgs {
 // The head layout of a model layer (T rows come from `meta`).
 QkNormRopeArgs qk_norm_rope_args(const ModelSpec& spec, int layer);
 
-// Runs over meta.num_tokens rows. Checks shapes against the cache (head counts, dims, dtypes).
+// The params over meta.num_tokens rows, with every check against the cache (head counts, dims,
+// dtypes); a refusal names the op and what is wrong.
+kernels::QkNormRopeCacheParams make_qk_norm_rope_params(const QkNormRopeArgs& a, const StepMetadataView& meta,
+                                                       const KvLayerView& cache);
+void launch(const kernels::QkNormRopeCacheParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+// make + launch.
 void qk_norm_rope_cache(const QkNormRopeArgs& a, const StepMetadataView& meta, const KvLayerView& cache,
                         cudaStream_t stream);
 

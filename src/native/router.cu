@@ -1,39 +1,15 @@
-// Launchers of the routing kernels: router_select maps 4 tokens to a 128-thread block (one warp
-// each); moe_group runs one block over the whole batch; moe_route does both in one block for
-// decode-sized batches (one launch and no round trip through a second kernel's start).
+// Launchers of the routing ops: select (4 tokens per 128-thread item, one warp each), group (one
+// 256-thread item over the whole batch), route = both in one item for decode-sized batches (one
+// launch and no round trip through a second kernel's start).
 #include "kernels/router.cuh"
 #include "native/cuda_check.h"
+#include "native/launch.cuh"
 #include "native/router.h"
 
 namespace m3::native {
 
-namespace {
-
-__global__ void __launch_bounds__(128) router_select_kernel(kernels::RouterSelectParams p) {
-  const int t = blockIdx.x * 4 + threadIdx.x / 32;
-  if (t < p.M) kernels::router_select_work(p, t, threadIdx.x & 31);
-}
-
-constexpr int kGroupThreads = 256;
-
-__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(kernels::MoeGroupParams p) {
-  extern __shared__ int32_t smem[];
-  kernels::moe_group_work(p, threadIdx.x, kGroupThreads, smem);
-}
-
-// One block: its warps select the tokens (warp w: tokens w, w + 8, ...), then group them. The
-// selections reach the grouping through global memory (gp.ids = sp.ids) after the barrier.
-__global__ void __launch_bounds__(kGroupThreads) moe_route_kernel(kernels::RouterSelectParams sp,
-                                                                  kernels::MoeGroupParams gp) {
-  extern __shared__ int32_t smem[];
-  for (int t = int(threadIdx.x) / 32; t < sp.M; t += kGroupThreads / 32)
-    kernels::router_select_work(sp, t, int(threadIdx.x) & 31);
-  __syncthreads();
-  kernels::moe_group_work(gp, threadIdx.x, kGroupThreads, smem);
-}
-
-kernels::RouterSelectParams select_params(const float* logits, int64_t ld, const float* bias, int E, int K, int M,
-                                          float routed_scale, int32_t* ids, float* weights) {
+kernels::RouterSelectParams make_router_select_params(const float* logits, int64_t ld, const float* bias, int E, int K,
+                                                      int M, float routed_scale, int32_t* ids, float* weights) {
   M3_CHECK(E > 0 && E <= kernels::kRouterMaxExperts && K > 0 && K <= kernels::kRouterMaxTopK && K <= E,
            "router_select: {} experts, top {} unsupported (at most {} experts, top {})", E, K,
            kernels::kRouterMaxExperts, kernels::kRouterMaxTopK);
@@ -51,8 +27,8 @@ kernels::RouterSelectParams select_params(const float* logits, int64_t ld, const
   return p;
 }
 
-kernels::MoeGroupParams group_params(const int32_t* ids, int M, int K, int E, bool shared_slot, bool shared_separate,
-                                     const MoeGroupBuffers& b) {
+kernels::MoeGroupParams make_moe_group_params(const int32_t* ids, int M, int K, int E, bool shared_slot,
+                                              bool shared_separate, const MoeGroupBuffers& b) {
   M3_CHECK(M > 0 && K > 0 && E > 0 && E <= 4096 && ids, "moe_group: M {} K {} E {}", M, K, E);
   kernels::MoeGroupParams p;
   p.ids = ids;
@@ -72,36 +48,47 @@ kernels::MoeGroupParams group_params(const int32_t* ids, int M, int K, int E, bo
   return p;
 }
 
-size_t group_smem(int E) { return size_t(2 * (E + 1)) * sizeof(int32_t); }
+kernels::MoeRouteParams make_moe_route_params(const kernels::RouterSelectParams& select,
+                                              const kernels::MoeGroupParams& group) {
+  M3_CHECK(select.M <= kernels::kRouteFusedMaxTokens, "moe_route: {} tokens in the fused route (at most {})", select.M,
+           kernels::kRouteFusedMaxTokens);
+  M3_CHECK(group.ids == select.ids && group.M == select.M && group.K == select.K && group.E == select.E,
+           "moe_route: the grouping does not read the selection's ids ({} x {} of {} experts)", group.M, group.K,
+           group.E);
+  return kernels::MoeRouteParams{select, group};
+}
 
-}  // namespace
+void launch(const kernels::RouterSelectParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  launch_op<kernels::RouterSelectOp>(p, kernels::router_select_shape(p), stream, "router_select", opt);
+}
+void launch(const kernels::MoeGroupParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  launch_op<kernels::MoeGroupOp>(p, kernels::moe_group_shape(p), stream, "moe_group", opt);
+}
+void launch(const kernels::MoeRouteParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  launch_op<kernels::MoeRouteOp>(p, kernels::moe_route_shape(p), stream, "moe_route", opt);
+}
 
 void router_select(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
                    int32_t* ids, float* weights, cudaStream_t stream) {
-  const auto p = select_params(logits, ld, bias, E, K, M, routed_scale, ids, weights);
-  router_select_kernel<<<unsigned((M + 3) / 4), 128, 0, stream>>>(p);
-  M3_LAUNCH_CHECK(stream);
+  launch(make_router_select_params(logits, ld, bias, E, K, M, routed_scale, ids, weights), stream);
 }
 
 void moe_group(const int32_t* ids, int M, int K, int E, bool shared_slot, bool shared_separate,
                const MoeGroupBuffers& b, cudaStream_t stream) {
-  const auto p = group_params(ids, M, K, E, shared_slot, shared_separate, b);
-  moe_group_kernel<<<1, kGroupThreads, group_smem(E), stream>>>(p);
-  M3_LAUNCH_CHECK(stream);
+  launch(make_moe_group_params(ids, M, K, E, shared_slot, shared_separate, b), stream);
 }
 
 void moe_route(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
                int32_t* ids, float* weights, bool shared_slot, bool shared_separate, const MoeGroupBuffers& b,
                cudaStream_t stream) {
-  if (M > kRouteFusedMaxTokens) {
-    router_select(logits, ld, bias, E, K, M, routed_scale, ids, weights, stream);
-    moe_group(ids, M, K, E, shared_slot, shared_separate, b, stream);
+  const auto sp = make_router_select_params(logits, ld, bias, E, K, M, routed_scale, ids, weights);
+  const auto gp = make_moe_group_params(ids, M, K, E, shared_slot, shared_separate, b);
+  if (M > kernels::kRouteFusedMaxTokens) {
+    launch(sp, stream);
+    launch(gp, stream);
     return;
   }
-  const auto sp = select_params(logits, ld, bias, E, K, M, routed_scale, ids, weights);
-  const auto gp = group_params(ids, M, K, E, shared_slot, shared_separate, b);
-  moe_route_kernel<<<1, kGroupThreads, group_smem(E), stream>>>(sp, gp);
-  M3_LAUNCH_CHECK(stream);
+  launch(make_moe_route_params(sp, gp), stream);
 }
 
 }  // namespace m3::native

@@ -1,17 +1,13 @@
-// MoE routing launchers (kernels/router.cuh): top-k selection from router logits, and the grouping
-// of (token, choice) pairs by expert into the entry lists the expert kernels read. The router
-// logits themselves are a linear_dense over the router weight (native/linear.h).
+// MoE routing (kernels/router.cuh): top-k selection from router logits, and the grouping of
+// (token, choice) pairs by expert into the entry lists the expert kernels read. The router logits
+// themselves are a GEMV over the router weight (native/linear.h).
 #pragma once
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
-namespace m3::native {
+#include "kernels/router_params.h"
+#include "native/launch.h"
 
-// ids / weights [M*K]: the K experts of each token, best first, and their combine weights
-// (sigmoid renormalized over the chosen ones, times routed_scale). E <= 256, K <= 16.
-void router_select(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
-                   int32_t* ids, float* weights, cudaStream_t stream);
+namespace m3::native {
 
 struct MoeGroupBuffers {   // device arrays (see kernels/router.cuh for their contents)
   int32_t* entry_slot = nullptr;   // [E+1]
@@ -23,16 +19,32 @@ struct MoeGroupBuffers {   // device arrays (see kernels/router.cuh for their co
   int32_t* sh_begin = nullptr;     // [2]
   int32_t* sh_num = nullptr;       // [1]
 };
+
+// ids / weights [M*K]: the K experts of each token, best first, and their combine weights
+// (sigmoid renormalized over the chosen ones, times routed_scale). E <= 256, K <= 16.
+kernels::RouterSelectParams make_router_select_params(const float* logits, int64_t ld, const float* bias, int E, int K,
+                                                      int M, float routed_scale, int32_t* ids, float* weights);
 // shared_slot: the shared expert is slot E (gets an entry after the routed ones);
 // shared_separate: it has its own tensors (gets the sh_* list).
+kernels::MoeGroupParams make_moe_group_params(const int32_t* ids, int M, int K, int E, bool shared_slot,
+                                              bool shared_separate, const MoeGroupBuffers& out);
+// select then group in one item of one CTA when M <= kernels::kRouteFusedMaxTokens (decode).
+kernels::MoeRouteParams make_moe_route_params(const kernels::RouterSelectParams& select,
+                                              const kernels::MoeGroupParams& group);
+
+void launch(const kernels::RouterSelectParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch(const kernels::MoeGroupParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch(const kernels::MoeRouteParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+
+// make + launch: select; group; route (select + group: fused for M <= kRouteFusedMaxTokens, else
+// the two).
+void router_select(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
+                   int32_t* ids, float* weights, cudaStream_t stream);
 void moe_group(const int32_t* ids, int M, int K, int E, bool shared_slot, bool shared_separate,
                const MoeGroupBuffers& out, cudaStream_t stream);
-
-// router_select then moe_group (the same outputs): one launch of one block when M is at most
-// kRouteFusedMaxTokens (decode), else the two kernels (one warp per token across the GPU).
-constexpr int kRouteFusedMaxTokens = 64;
 void moe_route(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,
                int32_t* ids, float* weights, bool shared_slot, bool shared_separate, const MoeGroupBuffers& out,
                cudaStream_t stream);
+using kernels::kRouteFusedMaxTokens;
 
 }  // namespace m3::native

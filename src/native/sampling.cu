@@ -7,6 +7,7 @@
 
 #include "kernels/sampling.cuh"
 #include "native/cuda_check.h"
+#include "native/launch.cuh"
 #include "native/sampling.h"
 
 namespace m3::native {
@@ -15,20 +16,8 @@ namespace {
 
 using kernels::kSampleThreads;
 
-__global__ void __launch_bounds__(kSampleThreads) sample_greedy_kernel(kernels::SampleParams p) {
-  __shared__ typename kernels::SampleGreedyReduce::TempStorage tmp;
-  kernels::sample_greedy_work(p, blockIdx.x, threadIdx.x, tmp);
-}
-
-__global__ void __launch_bounds__(256) sample_prep_kernel(kernels::SampleParams p) {
-  const int i = blockIdx.x * 256 + threadIdx.x;
-  if (i < p.vocab) kernels::sample_prep_work(p, blockIdx.y, i);
-}
-
-__global__ void __launch_bounds__(kSampleThreads) sample_pick_kernel(kernels::SampleParams p) {
-  __shared__ kernels::SamplePickStorage sm;
-  kernels::sample_pick_work(p, blockIdx.x, threadIdx.x, sm);
-}
+constexpr int kGreedySmem = int(sizeof(typename kernels::SampleGreedyReduce::TempStorage));
+constexpr int kPickSmem = int(sizeof(kernels::SamplePickStorage));
 
 int bits_for(int v) {  // bits to hold 0 .. v - 1
   int b = 0;
@@ -122,8 +111,8 @@ void DeviceSampler::sample(const float* logits, int64_t ld, std::span<const kern
   p.id_bits = id_bits_;
   if (ngreedy > 0) {
     p.list = lists_;
-    sample_greedy_kernel<<<unsigned(ngreedy), kSampleThreads, 0, stream>>>(p);
-    M3_LAUNCH_CHECK(stream);
+    launch_op<kernels::SampleGreedyOp>(p, kernels::WorkShape{ngreedy, kSampleThreads, kGreedySmem}, stream,
+                                       "sample_greedy");
   }
   const int nst = int(jobs.size()) - ngreedy;
   for (int g0 = 0; g0 < nst; g0 += max_rows_) {
@@ -132,15 +121,15 @@ void DeviceSampler::sample(const float* logits, int64_t ld, std::span<const kern
     p.keys = keys_[0];
     p.group = G;
     M3_CUDA_CHECK(cudaMemsetAsync(nan_first_, 0x7f, size_t(G) * 4, stream));  // 0x7f7f7f7f >= vocab: none
-    sample_prep_kernel<<<dim3(unsigned((vocab_ + 255) / 256), unsigned(G)), 256, 0, stream>>>(p);
-    M3_LAUNCH_CHECK(stream);
+    launch_op<kernels::SamplePrepOp>(
+        p, kernels::WorkShape{kernels::ceil_div(vocab_, kernels::kSamplePrepThreads) * G, kernels::kSamplePrepThreads, 0},
+        stream, "sample_prep");
     cub::DoubleBuffer<uint64_t> db(keys_[0], keys_[1]);
     size_t bytes = cub_bytes_;
     M3_CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(cub_tmp_, bytes, db, G * vocab_, 0,
                                                            32 + id_bits_ + bits_for(G), stream));
     p.sorted = db.Current();
-    sample_pick_kernel<<<unsigned(G), kSampleThreads, 0, stream>>>(p);
-    M3_LAUNCH_CHECK(stream);
+    launch_op<kernels::SamplePickOp>(p, kernels::WorkShape{G, kSampleThreads, kPickSmem}, stream, "sample_pick");
   }
 }
 

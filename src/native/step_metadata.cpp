@@ -13,6 +13,11 @@ DeviceStepMetadata::DeviceStepMetadata(int max_tokens, int max_seqs, int max_tab
            max_table_width);
   size_t n = 3 * size_t(max_tokens) + size_t(max_seqs) * size_t(max_table_width);
   M3_CUDA_CHECK(cudaMalloc(&buf_, n * sizeof(int32_t)));
+  // fixed addresses from the start (plans built before the first upload keep them)
+  view_.positions = buf_;
+  view_.slots = buf_ + max_tokens_;
+  view_.token_seq = buf_ + 2 * size_t(max_tokens_);
+  view_.block_tables = buf_ + 3 * size_t(max_tokens_);
 }
 
 DeviceStepMetadata::~DeviceStepMetadata() { cudaFree(buf_); }

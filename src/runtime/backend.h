@@ -82,6 +82,10 @@ struct StepOutput {
   // Per sequence: the token sampled for its SeqStep::sample, -1 where none was requested; empty
   // when no sequence asked (or the backend does not sample: the caller then samples the logits).
   std::vector<int32_t> tokens;
+  // The execution path that ran the step ("native", "mono", ...; backends with one path leave
+  // "native") and, when a preferred path declined it, "<path>:<reason>" (runtime/dispatcher.h).
+  std::string path = "native";
+  std::string fallback_reason;
   const float* row(int seq, int i = 0) const {
     return logits.data() + size_t(first_row[size_t(seq)] + i) * size_t(vocab);
   }

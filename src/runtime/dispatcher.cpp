@@ -5,24 +5,16 @@
 
 namespace m3 {
 
-Dispatcher::Dispatcher(std::unique_ptr<Backend> native) : native_(std::move(native)) {
-  M3_CHECK(native_ != nullptr, "dispatcher: the native backend is null");
-  paths_.push_back(Path{"native", native_.get(), {}});
-}
+Dispatcher::Dispatcher() { paths_.push_back(Path{"native", {}}); }
 
-void Dispatcher::add_preferred_path(std::string name, Backend* backend, Eligibility eligible) {
-  M3_CHECK(backend != nullptr, "dispatcher: path '{}' has a null backend", name);
+void Dispatcher::add_preferred_path(std::string name, Eligibility eligible) {
+  M3_CHECK(!name.empty(), "dispatcher: a path needs a name");
   M3_CHECK(bool(eligible), "dispatcher: path '{}' has no eligibility rule", name);
-  M3_CHECK(backend->cache_block_size() == native_->cache_block_size() &&
-               backend->num_cache_blocks() == native_->num_cache_blocks(),
-           "dispatcher: path '{}' cache ({} blocks of {}) differs from native ({} blocks of {})", name,
-           backend->num_cache_blocks(), backend->cache_block_size(), native_->num_cache_blocks(),
-           native_->cache_block_size());
   for (const auto& p : paths_) M3_CHECK(p.name != name, "dispatcher: path '{}' registered twice", name);
-  paths_.insert(paths_.end() - 1, Path{std::move(name), backend, std::move(eligible)});
+  paths_.insert(paths_.end() - 1, Path{std::move(name), std::move(eligible)});
 }
 
-PathChoice Dispatcher::choose(const StepBatch& batch) const {
+PathChoice Dispatcher::choose(const StepBatch& batch) {
   PathChoice c;
   for (size_t i = 0; i < paths_.size(); ++i) {
     const Path& p = paths_[i];
@@ -30,17 +22,13 @@ PathChoice Dispatcher::choose(const StepBatch& batch) const {
     if (reason.empty()) {
       c.path = int(i);
       c.name = p.name;
+      ++steps_[c.name];
+      if (!c.fallback_reason.empty()) ++fallbacks_[c.fallback_reason];
       return c;
     }
     if (c.fallback_reason.empty()) c.fallback_reason = p.name + ":" + reason;
   }
   M3_FAIL("dispatcher: no path accepted the batch");  // unreachable: native accepts everything
-}
-
-StepOutput Dispatcher::run(const PathChoice& choice, const StepBatch& batch, SelectionTrace* trace) {
-  M3_CHECK(choice.path >= 0 && size_t(choice.path) < paths_.size(), "dispatcher: path index {} out of range",
-           choice.path);
-  return paths_[size_t(choice.path)].backend->step(batch, trace);
 }
 
 std::vector<std::string> Dispatcher::path_names() const {

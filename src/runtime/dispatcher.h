@@ -1,10 +1,13 @@
-// Per-step path choice. Each step's batch is offered to the registered paths in preference order
-// (e.g. "mono" first when it exists); the first that accepts runs it, and the refusal reason of
-// the preferred path that declined is recorded as the step's fallback reason. The "native" path
-// (the backend the engine was built with) accepts every batch and always comes last.
+// Per-step path choice inside a backend. Each step's batch is offered to the registered paths in
+// preference order (e.g. "mono" first); the first that accepts runs it, and the refusal reason of
+// the first preferred path that declined is recorded as the step's fallback reason. "native"
+// accepts every batch and always comes last. The choice is made step by step: a batch one path
+// refuses never stops it from taking a later one. The dispatcher counts steps per path and
+// fallbacks per reason (generate prints them; the engine's /metrics counts StepOutput::path).
 #pragma once
+#include <cstdint>
 #include <functional>
-#include <memory>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,34 +19,32 @@ namespace m3 {
 using Eligibility = std::function<std::string(const StepBatch&)>;
 
 struct PathChoice {
-  int path = 0;                 // index into Dispatcher::paths()
+  int path = 0;                 // index into path_names()
   std::string name;             // "native", "mono", ...
-  std::string fallback_reason;  // why a preferred path declined this step ("" when none did)
+  std::string fallback_reason;  // "<path>:<reason>" of the first preferred path that declined ("" when none did)
 };
 
 class Dispatcher {
  public:
-  explicit Dispatcher(std::unique_ptr<Backend> native);
+  Dispatcher();  // "native" only
 
-  // Adds a path tried before the ones already added (except native, which stays last). The
-  // path's backend must share the native backend's cache (same block size and count).
-  void add_preferred_path(std::string name, Backend* backend, Eligibility eligible);
+  // Adds a path tried before the ones already added (native stays last).
+  void add_preferred_path(std::string name, Eligibility eligible);
 
-  PathChoice choose(const StepBatch& batch) const;
-  StepOutput run(const PathChoice& choice, const StepBatch& batch, SelectionTrace* trace = nullptr);
+  // Chooses and counts.
+  PathChoice choose(const StepBatch& batch);
 
-  Backend& native() { return *native_; }
-  const Backend& native() const { return *native_; }
   std::vector<std::string> path_names() const;
+  const std::map<std::string, uint64_t>& steps_by_path() const { return steps_; }
+  const std::map<std::string, uint64_t>& fallbacks() const { return fallbacks_; }  // reason -> steps
 
  private:
   struct Path {
     std::string name;
-    Backend* backend;
     Eligibility eligible;  // empty for native
   };
-  std::unique_ptr<Backend> native_;
   std::vector<Path> paths_;  // preference order; native last
+  std::map<std::string, uint64_t> steps_, fallbacks_;
 };
 
 // The per-batch rules of the mono contract (shared/docs/design.md, "Eligibility"): decode-only

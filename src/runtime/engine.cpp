@@ -5,13 +5,20 @@
 
 namespace m3 {
 
-Engine::Engine(std::unique_ptr<Backend> native, EngineOptions opt)
-    : dispatcher_(std::move(native)),
-      spec_(dispatcher_.native().spec()),
+namespace {
+Backend& checked(const std::unique_ptr<Backend>& b) {
+  M3_CHECK(b != nullptr, "engine: the backend is null");
+  return *b;
+}
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions opt)
+    : backend_(std::move(backend)),
+      spec_(checked(backend_).spec()),
       opt_(opt),
-      sched_(dispatcher_, opt.scheduler),
+      sched_(*backend_, opt.scheduler),
       max_model_len_(sched_.max_model_len()) {
-  stats_.backend = dispatcher_.native().name();
+  stats_.backend = backend_->name();
   stats_.cache_blocks_total = sched_.blocks().num_blocks();
   stats_.cache_block_size = sched_.blocks().block_size();
   stats_.step_latency = Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/dispatcher.h"
+#include "runtime/backend.h"
 #include "runtime/engine_stats.h"
 #include "runtime/request.h"
 #include "runtime/scheduler.h"
@@ -26,9 +26,8 @@ struct EngineOptions {
 
 class Engine {
  public:
-  // Takes the backend (the "native" path); more paths can be added through dispatcher() before
-  // the first submit().
-  explicit Engine(std::unique_ptr<Backend> native, EngineOptions opt = {});
+  // Takes the backend (which chooses its execution path per step itself: StepOutput::path).
+  explicit Engine(std::unique_ptr<Backend> backend, EngineOptions opt = {});
   ~Engine();  // cancels whatever is left and joins
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -50,7 +49,6 @@ class Engine {
   EngineStats stats() const;
   const ModelSpec& spec() const { return spec_; }
   int max_model_len() const { return max_model_len_; }
-  Dispatcher& dispatcher() { return dispatcher_; }
 
  private:
   struct Pending {
@@ -62,7 +60,7 @@ class Engine {
   void record(const StepReport& rep);  // with mu_ held
   void publish_gauges();               // engine thread, with mu_ held
 
-  Dispatcher dispatcher_;
+  std::unique_ptr<Backend> backend_;
   ModelSpec spec_;
   EngineOptions opt_;
   Scheduler sched_;  // engine thread only

@@ -22,10 +22,8 @@ struct Scheduler::Seq {
   int generated() const { return int(tokens.size()) - prompt_len; }
 };
 
-Scheduler::Scheduler(Dispatcher& dispatcher, SchedulerOptions opt)
-    : dispatcher_(dispatcher),
-      opt_(opt),
-      blocks_(dispatcher.native().num_cache_blocks(), dispatcher.native().cache_block_size()) {
+Scheduler::Scheduler(Backend& backend, SchedulerOptions opt)
+    : backend_(backend), opt_(opt), blocks_(backend.num_cache_blocks(), backend.cache_block_size()) {
   M3_CHECK(opt_.max_num_seqs >= 1, "scheduler: max_num_seqs must be >= 1, got {}", opt_.max_num_seqs);
   M3_CHECK(opt_.max_step_tokens >= 1, "scheduler: max_step_tokens must be >= 1, got {}", opt_.max_step_tokens);
   const ModelSpec& sp = spec();
@@ -189,13 +187,12 @@ StepReport Scheduler::step() {
   rep.num_tokens = batch.num_tokens();
 
   // 3. Run.
-  PathChoice choice = dispatcher_.choose(batch);
-  rep.path = choice.name;
-  rep.fallback_reason = choice.fallback_reason;
   StepOutput out;
   auto t0 = std::chrono::steady_clock::now();
   try {
-    out = dispatcher_.run(choice, batch);
+    out = backend_.step(batch);
+    rep.path = out.path;
+    rep.fallback_reason = out.fallback_reason;
     const int vocab = spec().vocab_size;
     M3_CHECK(out.vocab == vocab, "scheduler: backend returned logits of width {}, expected vocab {}", out.vocab, vocab);
     M3_CHECK(out.first_row.size() == batch.seqs.size() && out.num_rows.size() == batch.seqs.size(),

@@ -7,7 +7,7 @@
 //   2. if nothing was preempted, queued requests are admitted in arrival order while the budget,
 //      max_num_seqs and the cache allow (admission control: the whole current sequence plus one
 //      token must fit in the free blocks);
-//   3. the dispatcher picks the path, the backend runs the batch, every request whose sequence is
+//   3. the backend runs the batch (choosing its execution path per step: StepOutput::path), every request whose sequence is
 //      fully in the cache samples its next token, and stop rules are applied.
 #pragma once
 #include <cstdint>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "runtime/block_manager.h"
-#include "runtime/dispatcher.h"
+#include "runtime/backend.h"
 #include "runtime/request.h"
 
 namespace m3 {
@@ -43,7 +43,7 @@ struct StepReport {
   int generated = 0;          // tokens sampled
   int preempted = 0;          // requests preempted while planning this step
   int finished = 0;           // requests that finished (any reason) in this step
-  std::string path;           // dispatcher path that ran it
+  std::string path;           // execution path that ran it (StepOutput::path)
   std::string fallback_reason;
   double seconds = 0;         // backend step wall time
   std::string error;          // non-empty when the backend threw (its requests were failed)
@@ -51,7 +51,7 @@ struct StepReport {
 
 class Scheduler {
  public:
-  Scheduler(Dispatcher& dispatcher, SchedulerOptions opt);
+  Scheduler(Backend& backend, SchedulerOptions opt);
   ~Scheduler();
 
   // Throws m3::Error naming the bad field when `r` can never run on this engine.
@@ -70,7 +70,7 @@ class Scheduler {
   const BlockManager& blocks() const { return blocks_; }
   int max_model_len() const { return max_model_len_; }
   const SchedulerOptions& options() const { return opt_; }
-  const ModelSpec& spec() const { return dispatcher_.native().spec(); }
+  const ModelSpec& spec() const { return backend_.spec(); }
 
  private:
   struct Seq;
@@ -78,7 +78,7 @@ class Scheduler {
   void finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens, std::string error);
   void remove_from_queues(Seq* s);
 
-  Dispatcher& dispatcher_;
+  Backend& backend_;
   SchedulerOptions opt_;
   int max_model_len_ = 0;
   BlockManager blocks_;

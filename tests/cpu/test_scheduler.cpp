@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "runtime/dispatcher.h"
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "test_scheduler_fake.h"
@@ -73,8 +74,8 @@ void drain(Scheduler& s, int max_steps = 100000) {
 
 // The request run alone with plenty of cache.
 Result solo(const ModelSpec& spec, const GenerationRequest& r) {
-  Dispatcher d(std::make_unique<FakeBackend>(spec, 1024));
-  Scheduler s(d, SchedulerOptions{});
+  std::unique_ptr<Backend> d(std::make_unique<FakeBackend>(spec, 1024));
+  Scheduler s(*d, SchedulerOptions{});
   Collector c;
   s.add(1, r, c.cb(1));
   drain(s);
@@ -87,8 +88,8 @@ TEST(Scheduler, ChunkedPrefillStaysWithinTheBudget) {
   auto fb = std::make_unique<FakeBackend>(fake_spec(64, 4), 64);
   FakeBackend* fake = fb.get();
   fake->record = true;
-  Dispatcher d(std::move(fb));
-  Scheduler s(d, SchedulerOptions{8, 8, 0});
+  std::unique_ptr<Backend> d(std::move(fb));
+  Scheduler s(*d, SchedulerOptions{8, 8, 0});
   Collector c;
   GenerationRequest a;
   a.prompt.assign(20, 3);
@@ -124,8 +125,8 @@ TEST(Scheduler, OutputDoesNotDependOnBatchOrPreemption) {
 
   // A small cache (every request fits alone: 50 tokens = 13 blocks), a small budget, requests
   // arriving while others run.
-  Dispatcher d(std::make_unique<FakeBackend>(spec, 20));
-  Scheduler s(d, SchedulerOptions{6, 10, 0});
+  std::unique_ptr<Backend> d(std::make_unique<FakeBackend>(spec, 20));
+  Scheduler s(*d, SchedulerOptions{6, 10, 0});
   Collector c;
   size_t next = 0;
   int steps = 0, max_used = 0;
@@ -152,8 +153,8 @@ TEST(Scheduler, OutputDoesNotDependOnBatchOrPreemption) {
 
 TEST(Scheduler, AdmissionWaitsForBlocks) {
   const ModelSpec spec = fake_spec(64, 4);
-  Dispatcher d(std::make_unique<FakeBackend>(spec, 6));
-  Scheduler s(d, SchedulerOptions{8, 64, 0});
+  std::unique_ptr<Backend> d(std::make_unique<FakeBackend>(spec, 6));
+  Scheduler s(*d, SchedulerOptions{8, 64, 0});
   Collector c;
   GenerationRequest r;
   r.prompt.assign(11, 5);  // 11 + 1 tokens: 3 blocks to admit
@@ -179,8 +180,8 @@ TEST(Scheduler, AdmissionRespectsMaxNumSeqs) {
   auto fb = std::make_unique<FakeBackend>(spec, 256);
   FakeBackend* fake = fb.get();
   fake->record = true;
-  Dispatcher d(std::move(fb));
-  Scheduler s(d, SchedulerOptions{3, 512, 0});
+  std::unique_ptr<Backend> d(std::move(fb));
+  Scheduler s(*d, SchedulerOptions{3, 512, 0});
   Collector c;
   GenerationRequest r;
   r.prompt = {1, 2, 3};
@@ -194,8 +195,8 @@ TEST(Scheduler, AdmissionRespectsMaxNumSeqs) {
 
 TEST(Scheduler, CancellationFreesBlocks) {
   const ModelSpec spec = fake_spec(64, 4);
-  Dispatcher d(std::make_unique<FakeBackend>(spec, 12));
-  Scheduler s(d, SchedulerOptions{2, 64, 0});
+  std::unique_ptr<Backend> d(std::make_unique<FakeBackend>(spec, 12));
+  Scheduler s(*d, SchedulerOptions{2, 64, 0});
   Collector c;
   GenerationRequest r;
   r.prompt.assign(6, 9);
@@ -255,8 +256,8 @@ TEST(Scheduler, StopRules) {
   EXPECT_EQ(b2.tokens, T);
 
   // the context limit ends a request with "length" even before max_tokens
-  Dispatcher d(std::make_unique<FakeBackend>(fake_spec(64, 4, -1, 4096), 64));
-  Scheduler s(d, SchedulerOptions{4, 64, 9});
+  std::unique_ptr<Backend> d(std::make_unique<FakeBackend>(fake_spec(64, 4, -1, 4096), 64));
+  Scheduler s(*d, SchedulerOptions{4, 64, 9});
   Collector c;
   GenerationRequest l = r;
   l.max_tokens = 4;  // 5 + 4 = 9 = max_model_len
@@ -267,8 +268,8 @@ TEST(Scheduler, StopRules) {
 }
 
 TEST(Scheduler, ValidationNamesTheProblem) {
-  Dispatcher d(std::make_unique<FakeBackend>(fake_spec(64, 4), 8));  // 32 positions
-  Scheduler s(d, SchedulerOptions{});
+  std::unique_ptr<Backend> d(std::make_unique<FakeBackend>(fake_spec(64, 4), 8));  // 32 positions
+  Scheduler s(*d, SchedulerOptions{});
   EXPECT_EQ(s.max_model_len(), 32);
   auto expect_error = [&](GenerationRequest r, const std::string& needle) {
     try {
@@ -306,14 +307,14 @@ TEST(Scheduler, ValidationNamesTheProblem) {
   r = ok;
   r.stop_token_ids = {70};
   expect_error(r, "stop_token_ids[0] = 70");
-  EXPECT_THROW(Scheduler(d, SchedulerOptions{4, 64, 33}), Error);  // more than the cache holds
+  EXPECT_THROW(Scheduler(*d, SchedulerOptions{4, 64, 33}), Error);  // more than the cache holds
 }
 
 TEST(Scheduler, FailingStepFailsItsRequestsAndKeepsGoing) {
   auto fb = std::make_unique<FakeBackend>(fake_spec(64, 4), 32);
   FakeBackend* fake = fb.get();
-  Dispatcher d(std::move(fb));
-  Scheduler s(d, SchedulerOptions{});
+  std::unique_ptr<Backend> d(std::move(fb));
+  Scheduler s(*d, SchedulerOptions{});
   Collector c;
   GenerationRequest r;
   r.prompt = {1, 2, 3};
@@ -334,13 +335,17 @@ TEST(Scheduler, FailingStepFailsItsRequestsAndKeepsGoing) {
   EXPECT_EQ(c.r[3].tokens, solo(fake_spec(64, 4), r).tokens);
 }
 
+// The backend chooses its path per step (a Dispatcher inside it, as CudaBackend does with the mono
+// runner); the scheduler reports what the backend says it ran, and a refused step never stops a
+// later one from taking the preferred path.
 TEST(Dispatcher, PreferredPathRefusalsAreRecorded) {
   const ModelSpec spec = fake_spec(64, 4);
-  Dispatcher d(std::make_unique<FakeBackend>(spec, 64));
-  // "mono" shares the native backend (and so its cache), as the real mono path shares native's.
-  d.add_preferred_path("mono", &d.native(), [](const StepBatch& b) { return mono_batch_refusal(b, 4); });
-  EXPECT_EQ(d.path_names(), (std::vector<std::string>{"mono", "native"}));
-  Scheduler s(d, SchedulerOptions{8, 64, 0});
+  auto fb = std::make_unique<FakeBackend>(spec, 64);
+  Dispatcher paths;
+  paths.add_preferred_path("mono", [](const StepBatch& b) { return mono_batch_refusal(b, 4); });
+  EXPECT_EQ(paths.path_names(), (std::vector<std::string>{"mono", "native"}));
+  fb->paths = &paths;
+  Scheduler s(*fb, SchedulerOptions{8, 64, 0});
   Collector c;
   GenerationRequest r;
   r.prompt = {4, 5, 6};
@@ -360,7 +365,16 @@ TEST(Dispatcher, PreferredPathRefusalsAreRecorded) {
   EXPECT_EQ(e.fallback_reason, "");
   drain(s);
   EXPECT_EQ(c.r[5].tokens, solo(spec, r).tokens);
-  EXPECT_THROW(d.add_preferred_path("mono", &d.native(), [](const StepBatch&) { return std::string(); }), Error);
+  // every step counted once, under the path that ran it and the reason the preferred one declined
+  uint64_t steps = 0;
+  for (const auto& [name, n] : paths.steps_by_path()) steps += n;
+  EXPECT_EQ(steps, fb->steps_run);
+  EXPECT_EQ(paths.steps_by_path().at("native"), 2u);
+  EXPECT_EQ(paths.steps_by_path().at("mono"), fb->steps_run - 2);
+  EXPECT_EQ(paths.fallbacks().at("mono:prefill"), 1u);
+  EXPECT_EQ(paths.fallbacks().at("mono:batch_too_large"), 1u);
+  EXPECT_THROW(paths.add_preferred_path("mono", [](const StepBatch&) { return std::string(); }), Error);
+  EXPECT_THROW(paths.add_preferred_path("other", Eligibility{}), Error);
 }
 
 TEST(Engine, ThreadedSubmitCancelAndShutdown) {

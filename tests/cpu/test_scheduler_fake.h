@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "runtime/backend.h"
+#include "runtime/dispatcher.h"
 
 namespace m3::test {
 
@@ -48,6 +49,8 @@ class FakeBackend : public Backend {
   std::function<void(const StepBatch&)> before_step;  // may throw to simulate a failing step
   std::vector<StepBatch> steps;                       // every batch, when record is true
   bool record = false;
+  Dispatcher* paths = nullptr;  // when set, each step's path is its choice (StepOutput::path)
+  uint64_t steps_run = 0;
 
   StepOutput step(const StepBatch& batch, SelectionTrace* = nullptr) override {
     if (before_step) before_step(batch);
@@ -71,6 +74,12 @@ class FakeBackend : public Backend {
 
     StepOutput out;
     out.vocab = V;
+    ++steps_run;
+    if (paths) {
+      const PathChoice c = paths->choose(batch);
+      out.path = c.name;
+      out.fallback_reason = c.fallback_reason;
+    }
     for (const auto& q : batch.seqs) {
       uint64_t h = q.start_pos == 0 ? 0x1234 : hash_[size_t(slot(q, q.start_pos - 1))];
       for (size_t i = 0; i < q.tokens.size(); ++i) {

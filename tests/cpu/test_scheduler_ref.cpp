@@ -70,8 +70,8 @@ TEST(SchedulerRef, SameTokensAloneAndInChunkedPreemptedBatches) {
   // alone: one request at a time through one scheduler with plenty of cache
   std::map<uint64_t, Out> alone;
   {
-    Dispatcher d(tiny().backend(64));
-    Scheduler s(d, SchedulerOptions{});
+    std::unique_ptr<Backend> d(tiny().backend(64));
+    Scheduler s(*d, SchedulerOptions{});
     for (size_t i = 0; i < reqs.size(); ++i) {
       s.add(i, reqs[i], collect(alone, mu, i));
       while (s.has_work()) s.step();
@@ -82,8 +82,8 @@ TEST(SchedulerRef, SameTokensAloneAndInChunkedPreemptedBatches) {
   // together: staggered arrivals, 24-token steps (prefill chunks share steps with decodes), and
   // 12 blocks (192 positions) for up to ~750 tokens of live sequences, so requests get preempted
   std::map<uint64_t, Out> mixed;
-  Dispatcher d(tiny().backend(12));
-  Scheduler s(d, SchedulerOptions{6, 24, 0});
+  std::unique_ptr<Backend> d(tiny().backend(12));
+  Scheduler s(*d, SchedulerOptions{6, 24, 0});
   size_t next = 0;
   int steps = 0;
   while (next < reqs.size() || s.has_work()) {
@@ -127,15 +127,15 @@ TEST(SchedulerRef, PreemptedRequestResumesWithTheSameTokens) {
   std::mutex mu;
   std::map<uint64_t, Out> alone, mixed;
   {
-    Dispatcher d(tiny().backend(64));
-    Scheduler s(d, SchedulerOptions{});
+    std::unique_ptr<Backend> d(tiny().backend(64));
+    Scheduler s(*d, SchedulerOptions{});
     for (size_t i = 0; i < reqs.size(); ++i) {
       s.add(i, reqs[i], collect(alone, mu, i));
       while (s.has_work()) s.step();
     }
   }
-  Dispatcher d(tiny().backend(4));
-  Scheduler s(d, SchedulerOptions{4, 64, 0});
+  std::unique_ptr<Backend> d(tiny().backend(4));
+  Scheduler s(*d, SchedulerOptions{4, 64, 0});
   for (size_t i = 0; i < reqs.size(); ++i) s.add(i, reqs[i], collect(mixed, mu, i));
   for (int k = 0; k < 1000 && s.has_work(); ++k) s.step();
   EXPECT_EQ(mixed[0].preemptions, 0);
@@ -155,8 +155,8 @@ TEST(SchedulerRef, EngineUnderConcurrentSubmissionMatchesAlone) {
   std::mutex mu;
   std::map<uint64_t, Out> alone, together;
   {
-    Dispatcher d(tiny().backend(64));
-    Scheduler s(d, SchedulerOptions{});
+    std::unique_ptr<Backend> d(tiny().backend(64));
+    Scheduler s(*d, SchedulerOptions{});
     for (size_t i = 0; i < reqs.size(); ++i) {
       s.add(i, reqs[i], collect(alone, mu, i));
       while (s.has_work()) s.step();

@@ -101,8 +101,8 @@ struct Live {
 };
 
 std::vector<int32_t> solo_tokens(const std::vector<int32_t>& prompt, int max_tokens) {
-  Dispatcher d(ref::make_ref_backend(tiny_spec(), tiny_weights(), {64, 2}));
-  Scheduler s(d, SchedulerOptions{});
+  std::unique_ptr<Backend> d(ref::make_ref_backend(tiny_spec(), tiny_weights(), {64, 2}));
+  Scheduler s(*d, SchedulerOptions{});
   GenerationRequest r;
   r.prompt = prompt;
   r.max_tokens = max_tokens;

@@ -35,8 +35,7 @@ struct Seq {
   int pos = 0;
 };
 
-void run_invariance(const char* preset, int prompt_min, int prompt_max, int decode_steps, int max_tokens,
-                    bool fp32_activations = false) {
+void run_invariance(const char* preset, int prompt_min, int prompt_max, int decode_steps, int max_tokens) {
   const uint64_t seed = model_test_seed();
   SCOPED_TRACE(std::string(preset) + " seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -53,7 +52,6 @@ void run_invariance(const char* preset, int prompt_min, int prompt_max, int deco
   o.num_cache_blocks = blocks;
   o.max_tokens = max_tokens;
   o.max_model_len = per_seq * bs;
-  o.fp32_activations = fp32_activations;
   auto alone = native::make_cuda_backend(m.pw, o);
   auto mixed = native::make_cuda_backend(m.pw, o);
 
@@ -68,8 +66,8 @@ void run_invariance(const char* preset, int prompt_min, int prompt_max, int deco
   }
   Seq& A = seqs[0];
   const int LA = int(A.tokens.size()) - decode_steps;
-  std::printf("  [%s%s] prompt %d, %d decode steps, max_tokens %d, %d other sequences\n", preset,
-              fp32_activations ? ", fp32 activations" : "", LA, decode_steps, max_tokens, nothers);
+  std::printf("  [%s] prompt %d, %d decode steps, max_tokens %d, %d other sequences\n", preset, LA, decode_steps,
+              max_tokens, nothers);
 
   // Alone: logits of every position of A (prefill rows, then each decode step).
   std::vector<std::vector<float>> want;
@@ -156,8 +154,4 @@ void run_invariance(const char* preset, int prompt_min, int prompt_max, int deco
 }  // namespace
 
 TEST(GpuCudaBackend, RowsDoNotDependOnTheBatchTiny) { run_invariance("tiny", 90, 200, 40, 64); }
-TEST(GpuCudaBackend, RowsDoNotDependOnTheBatchTinyFp32Act) { run_invariance("tiny", 90, 200, 40, 64, true); }
 TEST(GpuCudaBackend, RowsDoNotDependOnTheBatchRealHeads) { run_invariance("real-heads", 2100, 2300, 24, 512); }
-TEST(GpuCudaBackend, RowsDoNotDependOnTheBatchRealHeadsFp32Act) {
-  run_invariance("real-heads", 2100, 2300, 24, 512, true);
-}

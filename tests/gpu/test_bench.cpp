@@ -17,6 +17,7 @@
 #include "core/codecs.h"
 #include "model/synthetic.h"
 #include "native/cuda_backend.h"
+#include "native/forward.h"
 #include "native/cuda_check.h"
 #include "native/prepared.h"
 
@@ -203,10 +204,11 @@ TEST(BenchHarness, NativePathRunsOnTheBenchArenaWithFiniteLogits) {
   }
 }
 
-// CudaBackend's benchmark hooks: a decode step at a context nobody wrote is refused until the
-// history is declared written; prepare_decode refuses non-decode batches; enqueue_decode needs a
-// prepared batch; a borrowed cache of another shape is refused.
-TEST(BenchHarness, CudaBackendBenchmarkHooksValidate) {
+// The bench's native path runs what CudaBackend runs: the decode-bucket plan of native::Forward
+// over the same weights and cache gives bitwise the backend's logits of the same decode step (after
+// the backend's prefill wrote the history). The backend refuses a decode step over history nobody
+// wrote, and a borrowed cache of another shape.
+TEST(BenchHarness, ForwardBucketPlanEqualsTheBackendStep) {
   const uint64_t seed = seed_once();
   CudaStream cs;
   const ModelSpec spec = shard_spec(synthetic_preset("real-heads"), 2);
@@ -216,27 +218,41 @@ TEST(BenchHarness, CudaBackendBenchmarkHooksValidate) {
   native::CudaBackendOptions o;
   o.cuda_graphs = false;
   o.max_graph_batch = 2;
+  o.max_tokens = 256;
   auto be = native::make_cuda_backend(arena.prepared(), o, &cache);
   EXPECT_EQ(be->num_cache_blocks(), 8);
   StepBatch b;
   b.seqs.push_back(SeqStep{200, {5}, {3, 4}, false});
-  EXPECT_THROW(be->prepare_decode(b), Error);  // positions [0, 200) never written
-  EXPECT_THROW(be->enqueue_decode(cs.s, nullptr), Error);
-  be->assume_cache_filled(b.seqs[0].block_table, 200);
-  EXPECT_EQ(be->prepare_decode(b), 1);
-  be->enqueue_decode(cs.s, nullptr);
+  EXPECT_THROW(be->step(b), Error);  // positions [0, 200) never written
+  StepBatch pre;
+  pre.seqs.push_back(SeqStep{0, std::vector<int32_t>(200), {3, 4}, false});
+  for (int t = 0; t < 200; ++t) pre.seqs[0].tokens[size_t(t)] = int32_t((t * 37 + 11) % spec.vocab_size);
+  be->step(pre);
+  const StepOutput out = be->step(b);
+  ASSERT_EQ(out.logits.size(), size_t(spec.vocab_size));
+
+  native::ForwardOptions fo;
+  fo.max_tokens = o.max_tokens;
+  fo.max_model_len = be->options().max_model_len;
+  fo.logits_rows = be->options().logits_rows;
+  native::Forward fw(arena.prepared(), cache, fo);
+  const std::vector<int32_t> table{3, 4};
+  native::StepMetadata m =
+      native::build_step_metadata(std::vector<native::SeqRows>{native::SeqRows{200, 1, table}}, spec.index_block, 8, 1);
+  std::vector<int32_t> t(size_t(fw.table_width()), -1);
+  std::copy(m.block_tables.begin(), m.block_tables.end(), t.begin());
+  m.block_tables = t;
+  m.table_width = fw.table_width();
+  fw.upload(m, std::vector<int32_t>{5}, cs.s);
+  M3_CUDA_CHECK(cudaMemsetAsync(fw.act().logits.get(), 0xff, fw.act().logits.bytes(), cs.s));  // NaN poison
+  fw.run(fw.bucket_plan(1), cs.s);
   M3_CUDA_CHECK(cudaStreamSynchronize(cs.s));
   std::vector<float> logits(size_t(spec.vocab_size));
-  M3_CUDA_CHECK(cudaMemcpy(logits.data(), be->device_logits(), logits.size() * 4, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < logits.size(); ++i) ASSERT_TRUE(std::isfinite(logits[i])) << "logit " << i;
-  // the eager step() over the same batch gives the same logits bitwise
-  StepOutput out = be->step(b);
-  for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(out.logits[i], logits[i]) << "logit " << i;
-  EXPECT_THROW(be->enqueue_decode(cs.s, nullptr), Error);  // step() replaced the prepared metadata
-  StepBatch two;
-  two.seqs.push_back(SeqStep{0, {1, 2}, {0}, false});
-  EXPECT_THROW(be->prepare_decode(two), Error);  // two new tokens: not a decode batch
-  EXPECT_THROW(be->assume_cache_filled(std::vector<int32_t>{9}, 10), Error);  // block outside the pool
+  M3_CUDA_CHECK(cudaMemcpy(logits.data(), fw.act().logits.get(), logits.size() * 4, cudaMemcpyDeviceToHost));
+  size_t differ = 0, first = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (std::memcmp(&out.logits[i], &logits[i], 4) != 0) first = differ++ ? first : i;
+  EXPECT_EQ(differ, 0u) << "first at " << first << ": backend " << out.logits[first] << " vs forward " << logits[first];
   native::DeviceKvCache other(native::kv_cache_shape(spec, 8, DType::BF16));
   EXPECT_THROW(native::make_cuda_backend(arena.prepared(), o, &other), Error);  // kv dtype differs
 }

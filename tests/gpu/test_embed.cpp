@@ -28,7 +28,7 @@ TEST(GpuEmbed, GatherRowsAndRejectBadIds) {
   di.upload(ids);
   dout.poison();
   M3_CUDA_CHECK(cudaMemset(dob.p, 0x55, dob.n * 2));
-  native::EmbedArgs a;
+  kernels::EmbedParams a;
   a.table = dt.p;
   a.ld = ld;
   a.V = V;

@@ -139,7 +139,6 @@ void check_fp8(const Mat& w, const std::vector<int>& Ms, const std::string& name
   SCOPED_TRACE(name + " seed " + std::to_string(seed));
   std::mt19937 rng(seed ^ uint32_t(w.rows * 7919 + w.cols));
   Fp8Dev d = upload_fp8(w);
-  native::LinearContext ctx;
   const int K = w.cols, N = w.rows;
   const int64_t ldx = (K + 7) / 8 * 8;
   int Mmax = *std::max_element(Ms.begin(), Ms.end());
@@ -151,7 +150,7 @@ void check_fp8(const Mat& w, const std::vector<int>& Ms, const std::string& name
     const double atol = fp32_dot_bound(K, 16, gemm) * abs_dot_max(d.deq, x, M, ldx);
     for (DType xt : {DType::BF16, DType::F32}) {
       auto got = run_linear(x, M, K, ldx, xt, N, [&](native::ActIn a, float* y, int64_t ldy) {
-        native::linear_fp8(d.view(), a, M, y, ldy, nullptr, &ctx);
+        native::linear_fp8(d.view(), a, M, y, ldy, nullptr);
       });
       expect_close_rows(got, N + 3, ref, M, N, atol, 0,
                         name + " M=" + std::to_string(M) + (xt == DType::BF16 ? " x bf16" : " x f32") +
@@ -185,7 +184,6 @@ TEST(GpuGemv, DenseBf16AndF32) {
   const uint32_t seed = gpu_test_seed() + 3;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  native::LinearContext ctx;
   struct C {
     int N, K;
     DType wt;
@@ -204,7 +202,7 @@ TEST(GpuGemv, DenseBf16AndF32) {
       for (DType xt : {DType::BF16, DType::F32}) {
         auto x = random_acts(rng, M, c.K, ldx);
         auto got = run_linear(x, M, c.K, ldx, xt, c.N, [&](native::ActIn a, float* y, int64_t ldy) {
-          native::linear_dense(d.view(), a, M, y, ldy, nullptr, &ctx);
+          native::linear_dense(d.view(), a, M, y, ldy, nullptr);
         });
         auto ref = ref_linear(d.deq, x, M, ldx);
         const bool gemm = M > native::kGemvMaxM && c.wt == DType::BF16;
@@ -220,7 +218,6 @@ TEST(GpuGemv, DenseMlpSwiglu) {
   const uint32_t seed = gpu_test_seed() + 4;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  native::LinearContext ctx;
   const float alpha = 1.702f, limit = 7.f;
   struct C {
     int H, I;
@@ -251,7 +248,7 @@ TEST(GpuGemv, DenseMlpSwiglu) {
       auto x = random_acts(rng, M, c.H, ldx);
       DevBuf<float> h(size_t(M) * size_t(ldh));
       auto got = run_linear(x, M, c.H, ldx, DType::F32, c.H, [&](native::ActIn a, float* y, int64_t ldy) {
-        native::dense_mlp(dgu.view(), ddn.view(), a, M, alpha, limit, h.p, ldh, y, ldy, nullptr, &ctx);
+        native::dense_mlp(dgu.view(), ddn.view(), a, M, alpha, limit, h.p, ldh, y, ldy, nullptr);
       });
       std::vector<float> xc(size_t(M) * c.H), ref(size_t(M) * c.H);
       for (int t = 0; t < M; ++t) std::memcpy(&xc[size_t(t) * c.H], &x[size_t(t) * ldx], size_t(c.H) * 4);
@@ -310,7 +307,7 @@ TEST(GpuGemv, RowsDoNotDependOnM) {
       auto call = [&](int m0, int m) {  // tokens [m0, m0 + m) in one call
         std::vector<float> xs(x.begin() + int64_t(m0) * ldx, x.begin() + int64_t(m0 + m) * ldx);
         return run_linear(xs, m, c.K, ldx, xt, c.N, [&](native::ActIn a, float* y, int64_t ldy) {
-          native::linear_dense(d.view(), a, m, y, ldy, nullptr, nullptr, native::LinearPath::Gemv);
+          native::linear_dense(d.view(), a, m, y, ldy, nullptr, native::LinearPath::Gemv);
         });
       };
       const auto all = call(0, M);

@@ -81,7 +81,6 @@ void bench_fp8(int N, int K, const std::vector<int>& Ms, DType xt) {
   std::vector<const uint8_t*> bufs;
   for (int i = 0; i < nb; ++i) bufs.push_back(w.p + size_t(i) * bytes);
   const double s_us = stream_us(bufs, bytes);
-  native::LinearContext ctx;
   for (int M : Ms) {
     std::mt19937 rng(M);
     auto x = random_acts(rng, M, K, ld);
@@ -95,7 +94,7 @@ void bench_fp8(int N, int K, const std::vector<int>& Ms, DType xt) {
     DevBuf<float> y(size_t(M) * N);
     const double us = time_us(nb, [&](int i) {
       native::Fp8Weight v{bufs[size_t(i)], sc.p, N, K, ld};
-      native::linear_fp8(v, native::ActIn{xd.p, xt, ld}, M, y.p, N, nullptr, &ctx);
+      native::linear_fp8(v, native::ActIn{xd.p, xt, ld}, M, y.p, N, nullptr);
     });
     table().push_back({"fp8 " + std::to_string(N) + "x" + std::to_string(K) + " M=" + std::to_string(M) +
                            (xt == DType::BF16 ? " x bf16" : " x f32") + (M > native::kGemvMaxM ? " gemm" : " gemv"),
@@ -126,10 +125,9 @@ TEST(GpuBench, WeightStreaming) {
     auto x = random_acts(rng, 1, K, K);
     DevBuf<float> xd(x.size()), y(static_cast<size_t>(N));
     xd.upload(x);
-    native::LinearContext ctx;
     const double us = time_us(1, [&](int) {
       native::linear_dense(native::DenseWeight{w.p, DType::BF16, N, K, K * 2}, native::ActIn{xd.p, DType::F32, K}, 1,
-                           y.p, N, nullptr, &ctx);
+                           y.p, N, nullptr);
     });
     table().push_back({"bf16 lm_head 50016x6144 M=1", double(bytes), us, s_us, 2.0 * N * K});
   }

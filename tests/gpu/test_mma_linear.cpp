@@ -491,8 +491,7 @@ TEST(GpuMmaLinear, LinearEntryPointsAreBatchInvariant) {
     for (auto path : {native::LinearPath::Gemv, native::LinearPath::Auto})
       check_invariance(rng, H, E, ldx, DType::F32, x, Mfull,
                        [&](const native::ActIn& a, int M, float* y, int64_t ld_y) {
-                         native::linear_dense(native::DenseWeight{wd.p, rt, E, H, ld}, a, M, y, ld_y, nullptr, nullptr,
-                                              path);
+                         native::linear_dense(native::DenseWeight{wd.p, rt, E, H, ld}, a, M, y, ld_y, nullptr, path);
                        },
                        fmt::format("router {} 128x{} {}", rt == DType::F32 ? "f32" : "bf16", H,
                                    path == native::LinearPath::Gemv ? "gemv" : "auto"));
@@ -580,7 +579,7 @@ TEST(GpuMmaLinearBench, TilingsVsGemvAndRead) {
       std::string line = fmt::format("{:<26} {:>5} {:>8.2f} ", sh.name, M, read_us);
       if (M <= 64) {
         const double g = graph_us(reps, [&](int i, cudaStream_t s) {
-          native::linear_fp8(view(i), xa.in, M, y.p, sh.N, s, nullptr, native::LinearPath::Gemv);
+          native::linear_fp8(view(i), xa.in, M, y.p, sh.N, s, native::LinearPath::Gemv);
         });
         line += fmt::format("{:>8.2f} |", g);
       } else {

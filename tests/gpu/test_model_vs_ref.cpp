@@ -15,10 +15,9 @@
 //      vector's rms from a value that rounds to the GPU's code); anything else is refused and
 //      counted as a real disagreement.
 //    Both are fed the reference's greedy id at every step (teacher forcing), so one divergence does
-//    not cascade. Gate, per model and GPU variant (FP8 caches, the default, and BF16 caches; each
-//    with CudaBackendOptions::fp32_activations off and on: before cf50476 "off" meant bf16-rounded
-//    GEMM activations for passes over 16 rows, since then the flag has no effect and the pairs are
-//    the same configuration; M3_MODEL_VARIANTS picks a subset): logits cosine >= 0.999 at every
+//    not cascade. Gate, per model and GPU variant (FP8 caches, the default, and BF16 caches; every
+//    linear layer keeps fp32 activations since cf50476, so the former "fp32-act" variants were the
+//    same configuration and are gone; M3_MODEL_VARIANTS picks a subset): logits cosine >= 0.999 at every
 //    row, greedy ids equal at every step (each
 //    divergence printed with the reference's top-1 margin there), GPU choices equal to the ones the
 //    reference used except the refused ones, and no refused choice.
@@ -52,10 +51,9 @@ struct Variant {
   const char* name;
   const char* key;  // for M3_MODEL_VARIANTS
   DType kv, ik;
-  bool fp32_act;
 };
 
-// M3_MODEL_VARIANTS (comma-separated keys: fp8, bf16, fp8-fp32act, bf16-fp32act) runs a subset of
+// M3_MODEL_VARIANTS (comma-separated keys: fp8, bf16) runs a subset of
 // the variants (a short device session); unset: all of them.
 bool variant_wanted(const Variant& v) {
   const char* e = std::getenv("M3_MODEL_VARIANTS");
@@ -130,10 +128,8 @@ void model_vs_oracle(const char* model_name, const PreparedModel& m, int prompt_
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   for (auto& t : prompt) t = tok(rng);
 
-  for (const Variant& var : {Variant{"fp8-kv (default)", "fp8", DType::F8_E4M3, DType::F8_E4M3, false},
-                             Variant{"bf16-kv", "bf16", DType::BF16, DType::BF16, false},
-                             Variant{"fp8-kv fp32-act", "fp8-fp32act", DType::F8_E4M3, DType::F8_E4M3, true},
-                             Variant{"bf16-kv fp32-act", "bf16-fp32act", DType::BF16, DType::BF16, true}}) {
+  for (const Variant& var : {Variant{"fp8-kv (default)", "fp8", DType::F8_E4M3, DType::F8_E4M3},
+                             Variant{"bf16-kv", "bf16", DType::BF16, DType::BF16}}) {
     if (!variant_wanted(var)) {
       std::printf("MODEL | %s %s: skipped (M3_MODEL_VARIANTS)\n", model_name, var.name);
       continue;
@@ -143,7 +139,6 @@ void model_vs_oracle(const char* model_name, const PreparedModel& m, int prompt_
     o.num_cache_blocks = blocks;
     o.kv_dtype = var.kv;
     o.ik_dtype = var.ik;
-    o.fp32_activations = var.fp32_act;
     auto gpu = native::make_cuda_backend(m.pw, o);
     gpu->kv_cache().fill(0x7f, nullptr);  // NaN poison: a read of an unwritten slot shows in the logits
     M3_CUDA_CHECK(cudaDeviceSynchronize());

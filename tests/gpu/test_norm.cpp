@@ -40,7 +40,7 @@ TEST(GpuNorm, RmsNormWithResidual) {
       dy.poison();
       dro.poison();
       M3_CUDA_CHECK(cudaMemset(dyb.p, 0xff, dyb.n * 2));
-      native::RmsNormArgs a;
+      kernels::RmsNormParams a;
       a.x = dx.p;
       a.ld_x = ld;
       if (mode > 0) {

@@ -380,10 +380,10 @@ TEST(GpuSampling, SchedulerSameTokensWithDeviceSampling) {
     native::CudaBackendOptions o;
     o.num_cache_blocks = 48;
     o.max_graph_batch = 8;
-    Dispatcher d(native::make_cuda_backend(m.pw, o));
+    std::unique_ptr<Backend> d(native::make_cuda_backend(m.pw, o));
     SchedulerOptions so2{4, 32, 0};
     so2.device_sampling = device;
-    Scheduler s(d, so2);
+    Scheduler s(*d, so2);
     std::vector<std::vector<int32_t>> out(reqs.size());
     std::vector<std::string> errs(reqs.size());
     for (size_t i = 0; i < reqs.size(); ++i)

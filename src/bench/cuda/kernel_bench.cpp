@@ -125,7 +125,7 @@ std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream
         for (native::LinearPath path : {native::LinearPath::Auto, native::LinearPath::Gemv}) {
           if (path == native::LinearPath::Gemv && M > native::kGemvMaxM) continue;
           auto run = [&](int i, cudaStream_t st) {
-            native::linear_fp8(view(i), native::ActIn{x.p, DType::F32, ld}, M, y.as<float>(), N, st, nullptr, path);
+            native::linear_fp8(view(i), native::ActIn{x.p, DType::F32, ld}, M, y.as<float>(), N, st, path);
           };
           run(0, s);  // eager first (module load, checks)
           M3_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -219,32 +219,34 @@ std::vector<KernelResult> bench_moe(const KernelBenchOptions& o, cudaStream_t s)
                 (double(Y.w13.codes.rows) * double(Y.w13.codes.cols) + double(Y.w2.codes.rows) * double(Y.w2.codes.cols));
       out.push_back(k);
       if (o.moe_stages) {
-        // where the layer's time goes: T(n) = the rotation enqueuing only the first n stages of
-        // every moe_forward (MoeStageHook), stage n = T(n) - T(n - 1); each stage next to a plain
-        // read of its bytes (router, w13, w2 of the experts hit) or, for a stage that reads no
-        // weights, next to one empty kernel per launch of the rotation (a launch's floor)
-        struct Prefix : native::MoeStageHook {
-          int limit = 1 << 30, seen = 0;
-          std::vector<std::string> names;
-          bool before(cudaStream_t, const char* st) override {
-            if (int(names.size()) == seen) names.push_back(st);
-            return seen++ < limit;
-          }
-        } hook;
+        // where the layer's time goes: T(n) = the rotation enqueuing only the ops of the first n
+        // stages of every MoE layer (the op names of native::add_moe_ops, consecutive equal names one
+        // stage), stage n = T(n) - T(n - 1); each stage next to a plain read of its bytes (router, w13,
+        // w2 of the experts hit) or, for a stage that reads no weights, next to one empty kernel per
+        // launch of the rotation (a launch's floor)
+        std::vector<std::vector<native::OpCall>> layer_ops(static_cast<size_t>(nx));
+        for (int i = 0; i < nx; ++i)
+          native::add_moe_ops(layer_ops[size_t(i)], wl[size_t(i % kLayers)], x.as<float>() + size_t(i) * M * H, H, M,
+                              y.as<float>(), H, ws[size_t(i)]->p, wsb);
+        std::vector<std::string> names;
+        for (const native::OpCall& op : layer_ops[0])
+          if (names.empty() || names.back() != op.name) names.push_back(op.name);
         auto prefix = [&](int n) {
-          hook.limit = n;
           return rotation_us(
               nx,
               [&](int i, cudaStream_t st) {
-                hook.seen = 0;
-                const native::MoeWeights& w = wl[size_t(i % kLayers)];
-                native::moe_forward(w, x.as<float>() + size_t(i) * M * H, H, M, y.as<float>(), H, ws[size_t(i)]->p,
-                                    wsb, st, &hook);
+                int stage = 0;
+                const char* prev = nullptr;
+                for (const native::OpCall& op : layer_ops[size_t(i)]) {
+                  if (prev && std::string(prev) != op.name) ++stage;
+                  prev = op.name;
+                  if (stage >= n) break;
+                  native::launch(op, st);
+                }
               },
               o.warmup, o.reps, s);
         };
         const double full = prefix(1 << 30);
-        const std::vector<std::string> names = hook.names;
         const double empty_us = rotation_us(nx, [](int, cudaStream_t st) { launch_empty(st); }, o.warmup, o.reps, s);
         auto list_read = [&](const std::vector<int>& ls) {
           return rotation_us(nx, [&](int i, cudaStream_t st) { rd.read(ls[size_t(i)], st); }, o.warmup, o.reps, s);

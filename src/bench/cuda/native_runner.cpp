@@ -1,15 +1,16 @@
-// The "native" bench path (step_runner.h): native::CudaBackend over the run's random prepared
-// weights (StepEnv::weights, the arena itself) and its random-filled cache (borrowed, so the
-// stream path and this one read the same bytes).
+// The "native" bench path (step_runner.h): the native forward (native/forward.h) over the run's
+// random prepared weights (StepEnv::weights, the arena itself) and its random-filled cache (the
+// stream path and this one read the same bytes), through the same plans CudaBackend executes.
 //
-// Decode case (B rows at context L): row r's table is row_block_table(c, r), positions [0, L)
-// are declared written (CudaBackend::assume_cache_filled: the cache holds random K/V there), the
-// batch is prepared once (metadata + token ids uploaded), and enqueue() enqueues the backend's
-// decode-bucket launches (CudaBackend::enqueue_decode: what step() replays as its own graph)
-// for the harness to capture and replay; every replay rewrites position L of every row.
-// Prefill case (T tokens): CudaBackend::step_observed of one request at positions [0, T), one
-// pass (max_tokens = the longest prefill), eager: not capturable, timed with events.
-// One backend serves every case: launches are sized for the longest case (max_model_len), as a
+// Decode case (B rows at context L): row r's table is row_block_table(c, r); its history is the
+// random cache contents at positions [0, L) (no validation against a written-position map: that
+// is the serving backend's); the bucket's metadata and token ids are uploaded once, and enqueue()
+// enqueues the bucket plan (what CudaBackend replays as its decode graph: layers, final norm,
+// lm_head into device logits; not the metadata upload nor the logits copy) for the harness to
+// capture and replay; every replay rewrites position L of every row.
+// Prefill case (T tokens): one request at positions [0, T) as one eager pass: metadata upload, the
+// pass plan built and run, the last row's lm_head, its logits to the host (timed with events).
+// One forward serves every case: launches are sized for the longest case (max_model_len), as a
 // server's backend sizes them for its max_model_len.
 #include <fmt/format.h>
 
@@ -20,25 +21,36 @@
 #include "bench/cuda/step_runner.h"
 #include "native/cuda_backend.h"
 #include "native/cuda_check.h"
+#include "native/forward.h"
+#include "native/gather_rows.h"
+#include "native/linear.h"
 #include "native/prepared.h"
 
 namespace m3::bench {
 
 namespace {
 
-// Forwards the backend's ops to the harness's recorder; optionally copies each MoE layer's routed
-// expert ids into a device buffer ([layer][rows * top_k] int32, stride ids per layer).
-class Observer final : public native::StepObserver {
+// Forwards the plan's ops to the harness's recorder (one mark per change of stage or layer);
+// optionally copies each MoE layer's routed expert ids into a device buffer ([layer][rows *
+// top_k] int32, stride ids per layer).
+class Observer final : public native::PlanObserver {
  public:
   Observer(OpRecorder* rec, int32_t* route = nullptr, int64_t stride = 0) : rec_(rec), route_(route), stride_(stride) {}
-  void before_op(cudaStream_t s, const char* op, int layer) override {
-    if (rec_) rec_->mark(s, op, layer);
+  void before(const native::OpCall& op, cudaStream_t s) override {
+    if (!rec_ || (op.stage == stage_ && op.layer == layer_)) return;
+    stage_ = op.stage;
+    layer_ = op.layer;
+    rec_->mark(s, op.stage, op.layer);
   }
-  void after_moe(cudaStream_t s, int layer, const int32_t* ids, int rows, int top_k) override {
+  void after(const native::OpCall& op, cudaStream_t s) override {
     if (!route_) return;
-    M3_CHECK(int64_t(rows) * top_k <= stride_, "bench native: {} x {} routed ids exceed the buffer's {}", rows, top_k,
+    const kernels::RouterSelectParams* sp = nullptr;
+    if (op.kind == native::OpKind::MoeRoute) sp = &std::get<kernels::MoeRouteParams>(op.params).select;
+    if (op.kind == native::OpKind::RouterSelect) sp = &std::get<kernels::RouterSelectParams>(op.params);
+    if (!sp) return;
+    M3_CHECK(int64_t(sp->M) * sp->K <= stride_, "bench native: {} x {} routed ids exceed the buffer's {}", sp->M, sp->K,
              stride_);
-    M3_CUDA_CHECK(cudaMemcpyAsync(route_ + int64_t(layer) * stride_, ids, size_t(rows) * size_t(top_k) * 4,
+    M3_CUDA_CHECK(cudaMemcpyAsync(route_ + int64_t(op.layer) * stride_, sp->ids, size_t(sp->M) * size_t(sp->K) * 4,
                                   cudaMemcpyDeviceToDevice, s));
   }
 
@@ -46,6 +58,8 @@ class Observer final : public native::StepObserver {
   OpRecorder* rec_;
   int32_t* route_;
   int64_t stride_;
+  const char* stage_ = nullptr;
+  int layer_ = -2;
 };
 
 int pow2_at_least(int n) {
@@ -61,22 +75,21 @@ class NativeRunner final : public StepRunner {
              "bench native: the run gives no prepared weights / cache (StepEnv::weights, cache)");
     const ModelSpec& spec = *env.spec;
     const native::KvCacheShape& sh = env.cache->shape();
-    native::CudaBackendOptions o;
-    o.kv_dtype = sh.kv_dtype;
-    o.ik_dtype = sh.ik_dtype;
-    o.cuda_graphs = false;  // the harness captures the bucket launches itself
     int64_t len = env.max_len > 0 ? env.max_len : sh.num_slots();
     if (spec.max_positions > 0) len = std::min<int64_t>(len, spec.max_positions);
+    native::ForwardOptions o;
     o.max_model_len = int(std::min<int64_t>(len, INT32_MAX));
-    o.max_graph_batch = pow2_at_least(std::max(1, env.max_batch));
-    o.max_tokens = int(std::max<int64_t>({int64_t(o.max_graph_batch), env.max_prefill, 16}));
-    o.logits_rows = std::max(256, o.max_graph_batch);
-    backend_ = native::make_cuda_backend(env.weights, o, env.cache);
+    max_batch_ = pow2_at_least(std::max(1, env.max_batch));
+    o.max_tokens = int(std::max<int64_t>({int64_t(max_batch_), env.max_prefill, 16}));
+    o.max_seqs = o.max_tokens;
+    o.logits_rows = std::max(256, max_batch_);
+    o.launch.pdl = native::pdl_default();
+    fw_ = std::make_unique<native::Forward>(env.weights, *env.cache, o);
     stride_ = int64_t(o.max_tokens) * spec.top_k;
     M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&route_), size_t(spec.num_layers) * size_t(stride_) * 4));
   }
   ~NativeRunner() override {
-    backend_.reset();
+    fw_.reset();
     if (route_) cudaFree(route_);
   }
 
@@ -86,37 +99,40 @@ class NativeRunner final : public StepRunner {
     const ModelSpec& spec = *env_.spec;
     const int bs = spec.index_block;
     c_ = c;
-    batch_ = StepBatch{};
     host_logits_.clear();
+    tables_.clear();
     M3_CUDA_CHECK(cudaMemsetAsync(route_, 0xff, size_t(spec.num_layers) * size_t(stride_) * 4, s));  // -1: none
     Observer obs(nullptr, route_, stride_);
     if (c.is_prefill()) {
-      M3_CHECK(c.prefill <= backend_->options().max_tokens,
-               "bench native: prefill of {} tokens exceeds the backend's pass of {} rows (StepEnv::max_prefill)",
-               c.prefill, backend_->options().max_tokens);
-      SeqStep q;
-      q.start_pos = 0;
-      q.tokens.resize(size_t(c.prefill));
-      for (int64_t t = 0; t < c.prefill; ++t) q.tokens[size_t(t)] = int32_t(t % spec.vocab_size);
-      q.block_table = row_block_table(c, bs, 0);
-      batch_.seqs.push_back(std::move(q));
-      StepOutput out = backend_->step_observed(batch_, s, &obs);  // warm-up: cuBLASLt, scratch
-      host_logits_ = std::move(out.logits);
+      M3_CHECK(c.prefill <= fw_->options().max_tokens,
+               "bench native: prefill of {} tokens exceeds the forward's pass of {} rows (StepEnv::max_prefill)",
+               c.prefill, fw_->options().max_tokens);
+      tables_.push_back(row_block_table(c, bs, 0));
       rows_ = int(c.prefill);
+      run_prefill(s, &obs);  // warm-up
     } else {
-      M3_CHECK(c.batch <= backend_->options().max_graph_batch,
-               "bench native: batch {} exceeds the backend's largest decode bucket {} (StepEnv::max_batch)", c.batch,
-               backend_->options().max_graph_batch);
+      M3_CHECK(c.batch <= max_batch_, "bench native: batch {} exceeds the largest decode bucket {} (StepEnv::max_batch)",
+               c.batch, max_batch_);
+      std::vector<native::SeqRows> rows;
+      std::vector<int32_t> ids;
+      for (int r = 0; r < c.batch; ++r) tables_.push_back(row_block_table(c, bs, r));
       for (int r = 0; r < c.batch; ++r) {
-        SeqStep q;
-        q.start_pos = int32_t(c.context);
-        q.tokens = {int32_t((1 + 7919 * int64_t(r)) % spec.vocab_size)};
-        q.block_table = row_block_table(c, bs, r);
-        backend_->assume_cache_filled(q.block_table, c.context);
-        batch_.seqs.push_back(std::move(q));
+        rows.push_back(native::SeqRows{int32_t(c.context), 1, tables_[size_t(r)]});
+        ids.push_back(int32_t((1 + 7919 * int64_t(r)) % spec.vocab_size));
       }
-      bucket_ = backend_->prepare_decode(batch_);
-      backend_->enqueue_decode(s, &obs);
+      bucket_ = native::decode_bucket(c.batch);
+      native::StepMetadata m = native::build_step_metadata(rows, bs, env_.cache->shape().num_blocks, bucket_);
+      // tables at the bucket width (as CudaBackend pads them): launches sized for max_model_len
+      const int W = fw_->table_width();
+      std::vector<int32_t> t(size_t(m.num_seqs) * size_t(W), -1);
+      for (int i = 0; i < m.num_seqs; ++i)
+        std::copy_n(m.block_tables.begin() + ptrdiff_t(i) * m.table_width, std::min(m.table_width, W),
+                    t.begin() + ptrdiff_t(i) * W);
+      m.block_tables = std::move(t);
+      m.table_width = W;
+      ids.resize(size_t(bucket_), 0);
+      fw_->upload(m, ids, s);
+      fw_->run(fw_->bucket_plan(bucket_), s, &obs);
       rows_ = c.batch;
     }
     M3_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -128,17 +144,13 @@ class NativeRunner final : public StepRunner {
   void enqueue(cudaStream_t s, OpRecorder* rec) override {
     M3_CHECK(!c_.is_prefill(), "bench native: a prefill step is not capturable (run_eager)");
     Observer obs(rec);
-    backend_->enqueue_decode(s, rec ? &obs : nullptr);
+    fw_->run(fw_->bucket_plan(bucket_), s, rec ? &obs : nullptr);
   }
 
   void run_eager(cudaStream_t s, OpRecorder* rec) override {
     Observer obs(rec);
-    if (!c_.is_prefill()) {
-      backend_->enqueue_decode(s, rec ? &obs : nullptr);
-      return;
-    }
-    StepOutput out = backend_->step_observed(batch_, s, rec ? &obs : nullptr);
-    host_logits_ = std::move(out.logits);
+    if (!c_.is_prefill()) return enqueue(s, rec);
+    run_prefill(s, rec ? &obs : nullptr);
   }
 
   std::vector<std::pair<std::string, std::vector<std::string>>> op_groups() const override {
@@ -154,7 +166,7 @@ class NativeRunner final : public StepRunner {
       h = host_logits_;
     } else {
       h.resize(size_t(c_.batch) * size_t(V));
-      M3_CUDA_CHECK(cudaMemcpy(h.data(), backend_->device_logits(), h.size() * 4, cudaMemcpyDeviceToHost));
+      M3_CUDA_CHECK(cudaMemcpy(h.data(), fw_->act().logits.get(), h.size() * 4, cudaMemcpyDeviceToHost));
     }
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < h.size(); ++i)
@@ -167,15 +179,41 @@ class NativeRunner final : public StepRunner {
 
   std::string note() const override {
     if (c_.is_prefill())
-      return fmt::format("CudaBackend::step eager, one pass of {} rows, host validation + metadata included (not a "
-                         "graph)",
+      return fmt::format("one eager pass of {} rows: metadata upload, plan build, layers, last row's lm_head, logits "
+                         "to the host (not a graph)",
                          c_.prefill);
-    return fmt::format("CudaBackend decode bucket {} (the launches its own graph replays, without the metadata upload "
-                       "and logits copy), history declared written over the random cache",
+    return fmt::format("decode bucket {} plan (what CudaBackend replays as its graph, without the metadata upload and "
+                       "logits copy) over the random cache",
                        bucket_);
   }
 
  private:
+  // The prefill step, eagerly on s (ends synchronized: the logits are on the host).
+  void run_prefill(cudaStream_t s, native::PlanObserver* obs) {
+    const ModelSpec& spec = *env_.spec;
+    const int T = rows_;
+    const native::SeqRows row{0, int32_t(T), tables_[0]};
+    const native::StepMetadata m =
+        native::build_step_metadata(std::span<const native::SeqRows>(&row, 1), spec.index_block,
+                                    env_.cache->shape().num_blocks);
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) ids[size_t(t)] = int32_t(t % spec.vocab_size);
+    fw_->upload(m, ids, s);
+    fw_->run(fw_->pass_plan(), s, obs);
+    native::Activations& act = fw_->act();
+    const int32_t last = T - 1;
+    M3_CUDA_CHECK(cudaMemcpyAsync(act.rows.get(), &last, 4, cudaMemcpyHostToDevice, s));
+    native::launch(native::make_gather_rows_params(act.a.get<float>(), spec.hidden, act.rows.get<int32_t>(), 1,
+                                                   spec.hidden, act.gather.get<float>(), spec.hidden),
+                   s);
+    native::linear_dense(fw_->model().weights().lm_head(), native::ActIn{act.gather.get(), DType::F32, spec.hidden}, 1,
+                         act.logits.get<float>(), spec.vocab_size, s);
+    host_logits_.resize(size_t(spec.vocab_size));
+    M3_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), act.logits.get(), host_logits_.size() * 4,
+                                  cudaMemcpyDeviceToHost, s));
+    M3_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
   // Distinct routed experts of the live rows per MoE layer, from the setup step's routing.
   void count_hits() {
     const ModelSpec& spec = *env_.spec;
@@ -196,10 +234,10 @@ class NativeRunner final : public StepRunner {
   }
 
   StepEnv env_;
-  std::unique_ptr<native::CudaBackend> backend_;
+  std::unique_ptr<native::Forward> fw_;
   BenchCase c_;
-  StepBatch batch_;
-  int bucket_ = 0, rows_ = 0;
+  std::vector<std::vector<int32_t>> tables_;
+  int bucket_ = 0, rows_ = 0, max_batch_ = 1;
   int32_t* route_ = nullptr;  // [layers][stride_] routed ids of the setup step
   int64_t stride_ = 0;
   std::vector<double> hits_;

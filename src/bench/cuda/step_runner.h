@@ -93,12 +93,12 @@ void register_builtin_paths();
 // of a step issued as separate kernels (each starts cold and ramps up).
 std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env);
 
-// The "native" path: native::CudaBackend over env.weights and env.cache (native_runner.cpp).
-// Decode: the backend's decode-bucket launches (what its own graph replays: layers, final norm,
-// lm_head into device logits; not the metadata upload nor the logits copy to the host), captured
-// and replayed by the harness like any path; each row's history is declared written
-// (CudaBackend::assume_cache_filled) over the random cache. Prefill: CudaBackend::step, eager, one
-// pass of T rows (not capturable). experts_hit() counts the router's actual choices.
+// The "native" path: the native forward (native/forward.h) over env.weights and env.cache, the
+// plans CudaBackend executes (native_runner.cpp). Decode: the bucket plan (what CudaBackend replays
+// as its decode graph: layers, final norm, lm_head into device logits; not the metadata upload nor
+// the logits copy to the host), captured and replayed by the harness like any path, over the random
+// cache as history. Prefill: one eager pass of T rows (not capturable). experts_hit() counts the
+// router's actual choices.
 std::unique_ptr<StepRunner> make_native_runner(const StepEnv& env);
 
 }  // namespace m3::bench

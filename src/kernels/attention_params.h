@@ -1,0 +1,69 @@
+// Params and work shapes of paged attention (kernels/attention.cuh): the split work (one item per
+// (token, KV group, split)) and the combine of the chunk states.
+#pragma once
+#include <cstdint>
+
+#include "kernels/formats.h"
+#include "kernels/work.h"
+
+namespace m3::kernels {
+
+// NOTE: 8 warps x 2 heads rather than 4 x 4: at decode each warp's instruction stream is the
+// latency chain (one warp per scheduler), so halving the heads per warp halves the time per tile.
+constexpr int kAttnWarps = 8;
+constexpr int kAttnHeadsPerWarp = 2;
+constexpr int kAttnMaxGroup = kAttnWarps * kAttnHeadsPerWarp;  // 16 query heads per KV head
+constexpr int kAttnTile = 32;                                  // keys per tile (one per lane)
+
+struct AttentionParams {
+  const float* q = nullptr;        // [T, H*D] (normed, rotated)
+  const void* k_cache = nullptr;   // [slots, KV, D]
+  const void* v_cache = nullptr;   // [slots, KV, D]
+  float k_scale = 1, v_scale = 1;
+  const int32_t* positions = nullptr;     // [T]
+  const int32_t* token_seq = nullptr;     // [T]
+  const int32_t* block_tables = nullptr;  // [num_seqs, table_width]
+  int table_width = 0;
+  const int32_t* selected = nullptr;  // [T, KV, topk] logical block ids ascending, -1 padded; null = dense
+  int topk = 0;
+  int num_tokens = 0, num_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
+  float softmax_scale = 1;
+  int num_splits = 1;          // S: thread blocks per (t, g)
+  int tiles_per_chunk = 2;     // P: 32-key tiles per chunk (fixed per backend: the numerics depend on it)
+  int max_chunks = 1;          // C: chunks of the longest key list of the launch (workspace stride)
+  float* out = nullptr;        // [T, H*D]
+  float* part_o = nullptr;     // [T, KV, C, G, D]   (S > 1)
+  float* part_ml = nullptr;    // [T, KV, C, G, 2]   (S > 1)
+  int32_t* part_n = nullptr;   // [T, KV] chunks of (t, g) (S > 1)
+  CacheFmt kv_fmt = CacheFmt::FP8;  // K/V cache elements (instantiation)
+};
+
+// Shared memory of one split item (AttnSmem in attention.cuh): q [G][D] fp32, then two buffers of
+// {K tile, V tile: 32 rows of D * elem_bytes + 16 bytes, slots: 32 int32}.
+M3_HOST_DEVICE constexpr int attention_split_smem_bytes(int group, int head_dim, int elem_bytes) {
+  return group * head_dim * 4 + 2 * (2 * kAttnTile * (head_dim * elem_bytes + 16) + kAttnTile * 4);
+}
+constexpr int kAttnThreads = kAttnWarps * 32;
+constexpr int kAttnCombineThreads = 256;
+
+// Output channels of one combine work item, and work items per (token, KV group).
+M3_HOST_DEVICE inline int attention_combine_chunks(int group, int head_dim, int nthreads) {
+  return (group * head_dim + nthreads - 1) / nthreads;
+}
+
+M3_HOST_DEVICE inline int attention_combine_smem_floats(int group, int max_chunks) {
+  return group * (2 * max_chunks + 1);
+}
+
+// Split: item w = (t * KV + g) * S + s. Combine: item w = (t * KV + g) * slices + c.
+M3_HOST_DEVICE inline WorkShape attention_split_shape(const AttentionParams& p) {
+  return {int64_t(p.num_tokens) * p.kv_heads * p.num_splits, kAttnThreads,
+          attention_split_smem_bytes(p.num_heads / p.kv_heads, p.head_dim, p.kv_fmt == CacheFmt::FP8 ? 1 : 2)};
+}
+M3_HOST_DEVICE inline WorkShape attention_combine_shape(const AttentionParams& p) {
+  const int G = p.num_heads / p.kv_heads;
+  return {int64_t(p.num_tokens) * p.kv_heads * attention_combine_chunks(G, p.head_dim, kAttnCombineThreads),
+          kAttnCombineThreads, attention_combine_smem_floats(G, p.max_chunks) * 4};
+}
+
+}  // namespace m3::kernels

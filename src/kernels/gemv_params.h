@@ -1,0 +1,42 @@
+// Params and work shape of the weight-streaming GEMV (kernels/gemv.cuh).
+#pragma once
+#include <cstdint>
+
+#include "kernels/formats.h"
+#include "kernels/work.h"
+
+namespace m3::kernels {
+
+constexpr int kGemvThreads = 128;  // threads per work item: the reduction order depends on it
+
+struct GemvParams {
+  const uint8_t* w = nullptr;      // [N][ld_w bytes]
+  const float* w_scale = nullptr;  // [N] (FP8 only)
+  int64_t ld_w = 0;
+  const void* x = nullptr;         // [M][ld_x] bf16 or fp32
+  int64_t ld_x = 0;
+  float* y = nullptr;              // [M][ld_y]
+  int64_t ld_y = 0;
+  int N = 0, K = 0, M = 0;
+  int swiglu = 0;                  // 1: interleaved gate/up rows, N even, y has N/2 columns
+  float alpha = 1.702f, limit = 7.0f;
+  // Launch layout (native::make_gemv_params): tokens per pass, formats, and the token groups
+  // (one item per (rows, mt tokens) once M > mt; else one group of all M tokens).
+  int mt = 1;                      // 1, 2, 4, 8 or 16
+  WeightFmt wfmt = WeightFmt::FP8;
+  ActFmt xfmt = ActFmt::F32;
+  int token_groups = 1;
+};
+
+// Rows per work item and chunks in flight per row, by tokens per pass.
+M3_HOST_DEVICE constexpr int gemv_rows_per_item(int mt) { return mt <= 4 ? 4 : 2; }
+M3_HOST_DEVICE constexpr int gemv_chunks_in_flight(int mt) { return mt <= 2 ? 4 : 2; }
+M3_HOST_DEVICE constexpr int gemv_smem_floats(int mt) { return (kGemvThreads / 32) * mt * gemv_rows_per_item(mt); }
+M3_HOST_DEVICE inline int gemv_work_items(int N, int mt) { return int(ceil_div(N, gemv_rows_per_item(mt))); }
+
+// Work item w = (row item w % gemv_work_items, token group w / gemv_work_items).
+M3_HOST_DEVICE inline WorkShape gemv_shape(const GemvParams& p) {
+  return {int64_t(gemv_work_items(p.N, p.mt)) * p.token_groups, kGemvThreads, gemv_smem_floats(p.mt) * 4};
+}
+
+}  // namespace m3::kernels

@@ -1,0 +1,63 @@
+// Params, chain counts and work shapes of the batch-invariant tensor-core linear layers
+// (kernels/mma_linear.cuh) and the sizes both tensor-core kernels (mma_linear, moe_mma) share.
+#pragma once
+#include <cstdint>
+
+#include "kernels/formats.h"
+#include "kernels/work.h"
+
+namespace m3::kernels {
+
+constexpr int kMmaKBlock = 64;     // K elements per block
+constexpr int kMmaMaxChains = 16;  // warps per item in the wide mode
+constexpr int kMmaDeepWarps = 4;   // warps per item in the deep mode (independent tiles)
+
+struct MmaLinearParams {
+  const uint8_t* w = nullptr;      // [N][ld_w bytes]
+  const float* w_scale = nullptr;  // [N] (FP8 only)
+  int64_t ld_w = 0;
+  const void* x = nullptr;         // [M][ld_x] bf16 or fp32
+  int64_t ld_x = 0;
+  float* y = nullptr;              // [M][ld_y]
+  int64_t ld_y = 0;
+  int N = 0, K = 0, M = 0;
+  int chains = 1;                  // P (mma_linear_chains)
+  int swiglu = 0;                  // 1: interleaved gate/up rows, N even, y has N/2 columns
+  float alpha = 1.702f, limit = 7.0f;
+  // Launch layout (native::make_mma_linear_params): formats and tiling. Any tiling gives the same
+  // bits (the header of mma_linear.cuh); rt x nt tiles of 16 rows x 8 tokens, deep or wide.
+  WeightFmt wfmt = WeightFmt::FP8;
+  ActFmt xfmt = ActFmt::F32;
+  int rt = 1, nt = 1, deep = 0;
+};
+
+// P: enough warps in flight to stream the weights at decode (about 14 per SM over the ceil(N/16)
+// row tiles: with more than one CTA per SM, at most 14 warps each), at most kMmaMaxChains and at
+// most one chain per block. Depends on N, K, SMs only.
+M3_HOST_DEVICE inline int mma_linear_chains(int N, int K, int sms) {
+  const int tiles = (N + 15) / 16, blocks = (K + kMmaKBlock - 1) / kMmaKBlock;
+  int p = (sms * 14 + tiles - 1) / tiles;
+  p = p < kMmaMaxChains ? p : kMmaMaxChains;
+  p = p < blocks ? p : blocks;
+  return p < 1 ? 1 : p;
+}
+
+// Shared memory of the two walks (kernels/mma_common.cuh): wide, the chain partials of P warps
+// (part[P][rt][8 nt columns][17]); deep, each warp's running totals.
+M3_HOST_DEVICE constexpr int mma_wide_smem_floats(int rt, int nt, int chains) { return chains * rt * 8 * nt * 17; }
+M3_HOST_DEVICE constexpr int mma_deep_smem_floats_per_warp(int rt, int nt) { return rt * nt * 4 * 32; }
+
+M3_HOST_DEVICE inline int mma_row_tiles(const MmaLinearParams& p) { return (p.N + 16 * p.rt - 1) / (16 * p.rt); }
+M3_HOST_DEVICE inline int mma_token_tiles(const MmaLinearParams& p) { return (p.M + 8 * p.nt - 1) / (8 * p.nt); }
+
+// Wide: item = (row tile, token tile), row tile fastest; 32 P threads (warp j = chain j).
+// Deep: item = (group of kMmaDeepWarps row tiles, token tile); one warp per row tile.
+M3_HOST_DEVICE inline WorkShape mma_linear_shape(const MmaLinearParams& p) {
+  if (p.deep)
+    return {ceil_div(mma_row_tiles(p), kMmaDeepWarps) * mma_token_tiles(p), 32 * kMmaDeepWarps,
+            kMmaDeepWarps * mma_deep_smem_floats_per_warp(p.rt, p.nt) * 4};
+  return {int64_t(mma_row_tiles(p)) * mma_token_tiles(p), 32 * p.chains,
+          mma_wide_smem_floats(p.rt, p.nt, p.chains) * 4};
+}
+
+}  // namespace m3::kernels

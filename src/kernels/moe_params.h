@@ -1,0 +1,155 @@
+// Params and work shapes of the MoE device functions: the activation split and the tensor-core
+// expert projections (kernels/moe_mma.cuh), the CUDA-core expert GEMV and the fixed-order combine
+// (kernels/moe_mxfp4.cuh). Routing is kernels/router_params.h.
+// Entry lists (router.cuh, moe_group_work): entry a = expert slot entry_slot[a] with pairs
+// [entry_begin[a], entry_begin[a+1]); pair p reads activation row pair_row[p] (p when null) and
+// writes output row p. Entries at or past *num_entries do nothing, so launches are sized for the
+// most entries a batch can have.
+#pragma once
+#include <cstdint>
+
+#include "kernels/mma_params.h"
+#include "kernels/work.h"
+
+namespace m3::kernels {
+
+// ---- tensor cores (moe_mma.cuh) ----
+constexpr int kMoeKBlock = 128;   // K elements per block (4 lanes x one 32-element MX block)
+constexpr int kMoeMaxChains = 16; // warps per item in the wide mode
+constexpr int kMoeDeepWarps = 4;  // warps per item in the deep mode
+
+struct MoeMmaParams {
+  const uint8_t* codes = nullptr;   // [slots][N][ld]
+  const uint8_t* scales = nullptr;  // [slots][N][sld]
+  int64_t ld = 0, sld = 0;          // bytes per row
+  int64_t slot_codes = 0, slot_scales = 0;  // bytes per slot
+  int N = 0, K = 0;
+  int chains = 1;                   // P (moe_mma_chains)
+  const int32_t* entry_slot = nullptr;   // [entries]
+  const int32_t* entry_begin = nullptr;  // [entries + 1]
+  const int32_t* num_entries = nullptr;  // device scalar
+  const int32_t* pair_row = nullptr;     // [pairs] or null (row = pair)
+  const uint16_t* xs = nullptr;          // split activations [rows][ld_xs]
+  int64_t ld_xs = 0;                     // uint16 per row
+  float* y = nullptr;                    // [pairs][ld_y]
+  int64_t ld_y = 0;
+  uint16_t* ys = nullptr;                // optional: the outputs split too [pairs][ld_ys] (columns < N/2
+  int64_t ld_ys = 0;                     // or N written; the rest left unset)
+  int swiglu = 0;                        // 1: gate/up rows -> y[p, n/2]
+  float alpha = 1.702f, limit = 7.0f;
+  // Launch layout (native::make_moe_mma_params): the most entries of the batch (items are sized
+  // for them), the walk (wide or deep), the wide walk's weight path (stages > 0: the staged ring
+  // of that many stages per warp; 0: registers), the deep walk's persistent workers (CTAs).
+  int max_entries = 0;
+  int deep = 0;
+  int stages = 0;
+  int workers = 0;
+};
+
+// Tilings (any gives the same bits, moe_mma.cuh): wide 32 rows x 8 pairs per item and P warps;
+// deep 32 rows x 32 pairs per warp.
+constexpr int kMoeWideRT = 2, kMoeWideNT = 1, kMoeDeepRT = 2, kMoeDeepNT = 4;
+
+// P: enough warps to stream the experts of a batch-1 step (4 entries assumed: top-k of the smallest
+// models we run is >= 4) at about 16 warps per SM over the ceil(N/16) row tiles; at most
+// kMoeMaxChains, at most one chain per block. Depends on N, K, SMs only.
+M3_HOST_DEVICE inline int moe_mma_chains(int N, int K, int sms) {
+  const int tiles = (N + 15) / 16, blocks = (K + kMoeKBlock - 1) / kMoeKBlock;
+  int p = (sms * 16 + 4 * tiles - 1) / (4 * tiles);
+  p = p < kMoeMaxChains ? p : kMoeMaxChains;
+  p = p < blocks ? p : blocks;
+  return p < 1 ? 1 : p;
+}
+
+// The staged wide walk's ring, per warp and stage: codes [RT][2][32 lanes][16 B], then the 4 scale
+// bytes of each of the tile's 16 RT rows.
+M3_HOST_DEVICE constexpr int moe_staged_code_bytes(int rt) { return rt * 2 * 32 * 16; }
+M3_HOST_DEVICE constexpr int moe_staged_stage_bytes(int rt) { return moe_staged_code_bytes(rt) + rt * 16 * 4; }
+M3_HOST_DEVICE constexpr int moe_wide_ring_bytes(int rt, int stages) { return stages * moe_staged_stage_bytes(rt); }
+// Wide item shared memory: the chain partials (16-byte aligned), then (stages > 0) the warps' rings.
+M3_HOST_DEVICE constexpr int moe_wide_partials_bytes(int chains) {
+  return (mma_wide_smem_floats(kMoeWideRT, kMoeWideNT, chains) * 4 + 15) / 16 * 16;
+}
+M3_HOST_DEVICE constexpr int moe_wide_smem_bytes(int chains, int stages) {
+  return moe_wide_partials_bytes(chains) + chains * (stages > 0 ? moe_wide_ring_bytes(kMoeWideRT, stages) : 0);
+}
+M3_HOST_DEVICE inline int moe_row_tiles(const MoeMmaParams& p) {
+  const int rt = p.deep ? kMoeDeepRT : kMoeWideRT;
+  return (p.N + 16 * rt - 1) / (16 * rt);
+}
+
+// Wide: item = (row tile, entry), row tile fastest, entries in reverse order (the last real entry,
+// the shared expert with every token and so the most token tiles, starts first); 32 P threads.
+// Deep: item = one of `workers` persistent walkers of the tile list, kMoeDeepWarps warps each.
+M3_HOST_DEVICE inline WorkShape moe_mma_shape(const MoeMmaParams& p) {
+  if (p.deep)
+    return {p.workers, 32 * kMoeDeepWarps,
+            kMoeDeepWarps * mma_deep_smem_floats_per_warp(kMoeDeepRT, kMoeDeepNT) * 4};
+  return {int64_t(moe_row_tiles(p)) * p.max_entries, 32 * p.chains, moe_wide_smem_bytes(p.chains, p.stages)};
+}
+
+// The split of fp32 activations into bf16 hi + lo groups (moe_mma.cuh's layout).
+struct MoeSplitParams {
+  const float* x = nullptr;  // [M][ld_x]
+  int64_t ld_x = 0;
+  int K = 0, M = 0;
+  uint16_t* xs = nullptr;    // [M][ld_xs]
+  int64_t ld_xs = 0;         // uint16 per row (groups up to ld_xs / 16)
+};
+constexpr int kMoeSplitThreads = 256;
+// Item = (slice of 256 groups, row), slice fastest; one group per thread.
+M3_HOST_DEVICE inline WorkShape moe_split_shape(const MoeSplitParams& p) {
+  return {ceil_div(p.ld_xs / 16, kMoeSplitThreads) * p.M, kMoeSplitThreads, 0};
+}
+
+// ---- CUDA cores (moe_mxfp4.cuh) ----
+constexpr int kMoeRowsPerWarp = 2;  // a gate/up pair
+constexpr int kMoeInflight = 3;     // chunks in flight per row and lane
+constexpr int kMoeMaxTokens = 8;    // tokens per pass over the rows
+constexpr int kMoeGemvWarps = 4;    // warp work items per CTA-sized item
+
+struct MoeGemvParams {
+  const uint8_t* codes = nullptr;   // [slots][N][ld]
+  const uint8_t* scales = nullptr;  // [slots][N][sld]
+  int64_t ld = 0, sld = 0;          // bytes per row
+  int64_t slot_codes = 0, slot_scales = 0;  // bytes per slot
+  int N = 0, K = 0;                 // rows and columns of one slot
+  int groups = 0;                   // warp work items per entry: ceil(N / 2)
+  const int32_t* entry_slot = nullptr;   // [entries]
+  const int32_t* entry_begin = nullptr;  // [entries + 1]
+  const int32_t* num_entries = nullptr;  // device scalar
+  const int32_t* pair_row = nullptr;     // [pairs] or null (row = pair)
+  const void* x = nullptr;               // activations, fp32
+  int64_t ld_x = 0;
+  float* y = nullptr;                    // [pairs][ld_y]
+  int64_t ld_y = 0;
+  int swiglu = 0;                        // 1: gate/up rows -> y[p, n/2]
+  float alpha = 1.702f, limit = 7.0f;
+  // Launch layout (native): warp items (max entries x groups), tokens per pass (1, 4 or 8).
+  int64_t warp_items = 0;
+  int mt = 1;
+};
+
+inline int moe_gemv_groups(int N) { return (N + kMoeRowsPerWarp - 1) / kMoeRowsPerWarp; }
+// Item = kMoeGemvWarps warp items (warp i of the group: warp item kMoeGemvWarps * w + i).
+M3_HOST_DEVICE inline WorkShape moe_gemv_shape(const MoeGemvParams& p) {
+  return {ceil_div(p.warp_items, kMoeGemvWarps), 32 * kMoeGemvWarps, 0};
+}
+
+struct MoeCombineParams {
+  const float* y = nullptr;       // [pairs][ld_y] expert outputs
+  int64_t ld_y = 0;
+  const int32_t* pos_of = nullptr;  // [M*K] pair of (token, choice)
+  const float* topk_w = nullptr;    // [M*K] combine weights (routed_scale applied)
+  int shared_base = -1;             // pair of token 0's shared-expert output, -1: none
+  int M = 0, K = 0, H = 0;
+  float* out = nullptr;             // [M][ld_out]
+  int64_t ld_out = 0;
+};
+constexpr int kMoeCombineThreads = 256;
+// Item = (slice of 256 channels, token), slice fastest; one channel per thread.
+M3_HOST_DEVICE inline WorkShape moe_combine_shape(const MoeCombineParams& p) {
+  return {ceil_div(p.H, kMoeCombineThreads) * p.M, kMoeCombineThreads, 0};
+}
+
+}  // namespace m3::kernels

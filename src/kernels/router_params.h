@@ -1,0 +1,57 @@
+// Params and work shapes of MoE routing (kernels/router.cuh): top-k selection from router
+// logits and the grouping of (token, choice) pairs by expert into entry lists.
+#pragma once
+#include <cstdint>
+
+#include "kernels/work.h"
+
+namespace m3::kernels {
+
+constexpr int kRouterMaxExperts = 256;  // experts per lane: 8
+constexpr int kRouterMaxTopK = 16;
+
+struct RouterSelectParams {
+  const float* logits = nullptr;  // [M][ld]
+  int64_t ld = 0;
+  const float* bias = nullptr;    // [E]
+  int E = 0, K = 0, M = 0;
+  float routed_scale = 1.f;
+  int32_t* ids = nullptr;         // [M*K]
+  float* weights = nullptr;       // [M*K]
+};
+
+struct MoeGroupParams {
+  const int32_t* ids = nullptr;   // [M*K]
+  int M = 0, K = 0, E = 0;
+  int shared_slot = 0;            // 1: the shared expert is slot E (an entry after the routed ones)
+  int shared_separate = 0;        // 1: the shared expert has its own tensors (sh_* list)
+  int32_t* entry_slot = nullptr;  // [E+1]
+  int32_t* entry_begin = nullptr; // [E+2]
+  int32_t* num_entries = nullptr; // [1]
+  int32_t* pair_row = nullptr;    // [M*K + M]
+  int32_t* pos_of = nullptr;      // [M*K]
+  int32_t* sh_slot = nullptr;     // [1]
+  int32_t* sh_begin = nullptr;    // [2]
+  int32_t* sh_num = nullptr;      // [1]
+};
+
+// select + group in one item (decode-sized batches): the warps select, then the group groups.
+struct MoeRouteParams {
+  RouterSelectParams select;
+  MoeGroupParams group;
+};
+
+constexpr int kSelectWarps = 4;      // tokens per select item (one warp each)
+constexpr int kGroupThreads = 256;   // threads of the group (and fused route) item
+constexpr int kRouteFusedMaxTokens = 64;
+
+M3_HOST_DEVICE inline int moe_group_smem_bytes(int E) { return 2 * (E + 1) * 4; }
+M3_HOST_DEVICE inline WorkShape router_select_shape(const RouterSelectParams& p) {
+  return {ceil_div(p.M, kSelectWarps), 32 * kSelectWarps, 0};
+}
+M3_HOST_DEVICE inline WorkShape moe_group_shape(const MoeGroupParams& p) { return {1, kGroupThreads, moe_group_smem_bytes(p.E)}; }
+M3_HOST_DEVICE inline WorkShape moe_route_shape(const MoeRouteParams& p) {
+  return {1, kGroupThreads, moe_group_smem_bytes(p.group.E)};
+}
+
+}  // namespace m3::kernels

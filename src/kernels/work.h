@@ -1,0 +1,28 @@
+// How an op's work is cut, as both paths see it (plain C++: host code includes it; device code
+// through kernels/group.cuh). An op is a params struct (kernels/<op>_params.h) plus a device
+// function of (params, work item, thread group, shared memory) (kernels/<op>.cuh). Its WorkShape
+// says how many independent items there are, how many threads run one item (the numerics of
+// some ops are fixed to that count: e.g. a fixed-order block reduction over 256 threads), and how
+// much shared memory one item needs. The native path maps one CTA to one item (native/launch.cuh);
+// the mono path runs items on thread groups of its persistent CTAs. Results never depend on which
+// CTA or which warps run an item.
+#pragma once
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define M3_HOST_DEVICE __host__ __device__
+#else
+#define M3_HOST_DEVICE
+#endif
+
+namespace m3::kernels {
+
+struct WorkShape {
+  int64_t items = 0;   // independent work items (0: nothing to do)
+  int threads = 0;     // threads that run one item (a multiple of 32)
+  int smem_bytes = 0;  // shared memory one item needs (16-byte aligned base)
+};
+
+M3_HOST_DEVICE constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace m3::kernels

@@ -1,0 +1,32 @@
+// The device buffers of one forward pass of up to max_tokens rows, allocated once (so plans built
+// over them keep fixed pointers and captured graphs read new values in place). The residual stream:
+// x holds it, f the last sublayer's output (added into x by the next norm), a the normed input of
+// the next sublayer.
+#pragma once
+#include <cstdint>
+
+#include "native/dev_buf.h"
+#include "native/forward_model.h"
+
+namespace m3::native {
+
+struct Activations {
+  Activations(const ForwardModel& m, int max_tokens, int logits_rows);
+
+  int max_tokens = 0, logits_rows = 0;
+  int64_t proj_ld = 0;  // floats per row of proj (the widest fused projection, rounded to 4)
+  int64_t ld_h = 0;     // floats per row of h (dense MLP intermediate)
+  DevBuf x, f, a;       // [T][hidden] fp32
+  DevBuf proj;          // [T][proj_ld] fused q|k|v|iq|ik projection rows
+  DevBuf q, o;          // [T][q_dim] normed + rotated q, attention output
+  DevBuf iq;            // [T][index_heads * index_dim] normed + rotated index q
+  DevBuf ids, rows;     // [T] token ids, output rows (int32)
+  DevBuf gather;        // [min(T, logits_rows)][hidden] output rows before lm_head
+  DevBuf logits;        // [logits_rows][vocab] fp32
+  DevBuf h;             // [T][ld_h] dense MLP intermediate (models with dense layers)
+  DevBuf moe_ws;        // the MoE workspace of T rows (native/moe.h)
+  DevBuf idx_ws, sel;   // indexer block scores; selected blocks [T][kv_heads][topk]
+  DevBuf attn_ws;       // attention chunk states (the multi-block mode)
+};
+
+}  // namespace m3::native

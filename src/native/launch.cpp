@@ -1,0 +1,48 @@
+// launch_kernel (native/launch.h).
+#include "native/launch.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "native/cuda_check.h"
+
+namespace m3::native {
+
+bool pdl_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("M3_PDL");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+void launch_kernel(const void* kernel, const kernels::WorkShape& shape, int max_threads, void** args,
+                   cudaStream_t stream, const char* what, const LaunchOptions& opt) {
+  M3_CHECK(shape.items >= 0, "{}: {} work items", what, shape.items);
+  if (shape.items == 0) return;
+  M3_CHECK(shape.threads > 0 && shape.threads % 32 == 0 && shape.threads <= max_threads,
+           "{}: {} threads per item (a multiple of 32, at most the kernel's {})", what, shape.threads, max_threads);
+  M3_CHECK(shape.smem_bytes >= 0, "{}: {} bytes of shared memory", what, shape.smem_bytes);
+  allow_dynamic_smem(kernel, size_t(shape.smem_bytes));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(shape.items < INT_MAX ? shape.items : INT_MAX));
+  cfg.blockDim = dim3(unsigned(shape.threads));
+  cfg.dynamicSmemBytes = size_t(shape.smem_bytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (opt.pdl) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel, args);
+  M3_CHECK(e == cudaSuccess, "{}: launch of {} items x {} threads ({} B shared memory) failed: {}", what, shape.items,
+           shape.threads, shape.smem_bytes, cudaGetErrorString(e));
+  M3_LAUNCH_CHECK(stream);
+}
+
+}  // namespace m3::native

@@ -1,0 +1,175 @@
+// build_layer_plan (native/layer_plan.h): the op list of one pass, in launch order.
+#include "native/layer_plan.h"
+
+#include <algorithm>
+
+#include "native/attention.h"
+#include "native/embed.h"
+#include "native/indexer.h"
+#include "native/linear.h"
+#include "native/moe.h"
+#include "native/norm.h"
+#include "native/qk_norm_rope.h"
+
+namespace m3::native {
+
+namespace {
+
+// A BF16 (tensor cores) or F32 (GEMV) dense linear over `rows` rows of x.
+OpCall dense_linear(const DenseWeight& w, const void* x, int64_t ld_x, int rows, float* y, int64_t ld_y, bool swiglu,
+                    float alpha, float limit, const char* stage, const char* name, int layer) {
+  const ActIn in{x, DType::F32, ld_x};
+  if (w.dtype == DType::F32)
+    return OpCall{OpKind::Gemv, stage, name, layer,
+                  make_gemv_params(w.data, w.dtype, nullptr, w.ld, w.rows, w.cols, in, rows, y, ld_y, swiglu, alpha,
+                                   limit)};
+  return OpCall{OpKind::MmaLinear, stage, name, layer,
+                make_mma_linear_params(w.data, w.dtype, nullptr, w.ld, w.rows, w.cols, in, rows, y, ld_y, swiglu,
+                                       alpha, limit)};
+}
+
+OpCall fp8_linear(const Fp8Weight& w, const void* x, int64_t ld_x, int rows, float* y, int64_t ld_y,
+                  const char* stage, int layer) {
+  return OpCall{OpKind::MmaLinear, stage, stage, layer,
+                make_mma_linear_params(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols,
+                                       ActIn{x, DType::F32, ld_x}, rows, y, ld_y, false, 0, 0)};
+}
+
+// Attention blocks per (token, KV group) at T rows and context ctx: 1 when the workspace cannot
+// hold the multi-block mode's chunk states (the same bits either way).
+int attention_split_count(const ForwardModel& m, const Activations& act, bool sparse, int T, int ctx) {
+  const ModelSpec& s = m.spec();
+  const int tiles = attention_max_tiles(sparse, s.index_topk, s.index_block, std::max(ctx, 1));
+  const int C = attention_chunks(tiles, m.tiles_per_chunk(sparse));
+  const int S = attention_splits(T, s.num_kv_heads, C, m.sms());
+  if (S > 1 && attention_workspace_bytes(T, s.num_heads, s.num_kv_heads, s.head_dim, C) > act.attn_ws.bytes()) return 1;
+  return S;
+}
+
+}  // namespace
+
+kernels::RmsNormParams residual_norm_params(const ForwardModel& m, Activations& act, const uint16_t* w, int rows,
+                                            bool add_f) {
+  const int H = m.spec().hidden;
+  kernels::RmsNormParams n;
+  n.n = H;
+  n.M = rows;
+  n.eps = m.spec().rms_eps;
+  n.w = w;
+  n.y = act.a.get<float>();
+  n.ld_y = H;
+  n.x = (add_f ? act.f : act.x).get<float>();
+  n.ld_x = H;
+  if (add_f) {
+    n.residual = act.x.get<float>();
+    n.ld_res = H;
+    n.residual_out = act.x.get<float>();
+    n.ld_res_out = H;
+  }
+  return make_rmsnorm_params(n);
+}
+
+LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanShape& shape) {
+  const ModelSpec& s = m.spec();
+  const int T = shape.rows, H = s.hidden;
+  const StepMetadataView& mv = shape.meta;
+  M3_CHECK(T > 0 && T <= act.max_tokens && mv.num_tokens == T,
+           "layer plan: {} rows (metadata {}) outside [1, {}] (the activations' rows)", T, mv.num_tokens,
+           act.max_tokens);
+  LayerPlan plan;
+  plan.shape = shape;
+  auto& ops = plan.ops;
+  auto add = [&](OpKind kind, const char* stage, const char* name, int layer, OpParams p) {
+    ops.push_back(OpCall{kind, stage, name, layer, p});
+  };
+
+  const DenseWeight E = m.weights().embed();
+  kernels::EmbedParams ep;
+  ep.table = static_cast<const uint16_t*>(E.data);
+  ep.ld = E.ld / 2;
+  ep.V = E.rows;
+  ep.H = H;
+  ep.M = T;
+  ep.ids = act.ids.get<int32_t>();
+  ep.out = act.x.get<float>();
+  ep.ld_out = H;
+  add(OpKind::Embed, "embed", "embed", -1, make_embed_params(ep));
+
+  const int S_dense = attention_split_count(m, act, false, T, mv.max_context);
+  const int S_sparse = attention_split_count(m, act, true, T, mv.max_context);
+  for (int l = 0; l < s.num_layers; ++l) {
+    plan.layer_begin.push_back(int(ops.size()));
+    const LayerViews& Lw = m.layer(l);
+    add(OpKind::RmsNorm, "norms", "input_norm", l, residual_norm_params(m, act, Lw.norms.input, T, /*add_f=*/l > 0));
+    ops.push_back(fp8_linear(Lw.qkv, act.a.get(), H, T, act.proj.get<float>(), act.proj_ld, "qkv", l));
+
+    QkNormRopeArgs qa = qk_norm_rope_args(s, l);
+    qa.proj = act.proj.get<float>();
+    qa.proj_stride = act.proj_ld;
+    qa.q_norm = Lw.qk_norms[0];
+    qa.k_norm = Lw.qk_norms[1];
+    qa.iq_norm = Lw.qk_norms[2];
+    qa.ik_norm = Lw.qk_norms[3];
+    qa.inv_freq = m.rope().inv_freq();
+    qa.q_out = act.q.get<float>();
+    qa.iq_out = act.iq.get<float>();
+    const KvLayerView cv = m.cache().layer(l);
+    add(OpKind::QkNormRopeCache, "rope_cache", "rope_cache", l, make_qk_norm_rope_params(qa, mv, cv));
+
+    const int32_t* sel = nullptr;
+    if (s.sparse(l)) {
+      IndexerArgs ia;
+      ia.iq = act.iq.get<float>();
+      ia.index_heads = s.index_heads;
+      ia.index_dim = s.index_dim;
+      ia.topk = s.index_topk;
+      ia.local = s.index_local;
+      ia.workspace = act.idx_ws.get();
+      ia.workspace_bytes = act.idx_ws.bytes();
+      ia.selected = act.sel.get<int32_t>();
+      const kernels::IndexerParams ip = make_indexer_params(ia, mv, cv);
+      add(OpKind::IndexerScores, "index_k", "indexer_scores", l, ip);
+      add(OpKind::IndexerTopk, "index_k", "indexer_topk", l, ip);
+      sel = act.sel.get<int32_t>();
+    }
+    AttentionArgs aa;
+    aa.q = act.q.get<float>();
+    aa.num_heads = s.num_heads;
+    aa.selected = sel;
+    aa.topk = sel ? s.index_topk : 0;
+    aa.num_splits = sel ? S_sparse : S_dense;
+    aa.tiles_per_chunk = m.tiles_per_chunk(sel != nullptr);
+    aa.workspace = act.attn_ws.get();
+    aa.workspace_bytes = act.attn_ws.bytes();
+    aa.out = act.o.get<float>();
+    const kernels::AttentionParams ap = make_attention_params(aa, mv, cv);
+    add(OpKind::AttentionSplit, "kv", "attention", l, ap);
+    if (ap.num_splits > 1) add(OpKind::AttentionCombine, "kv", "attention_combine", l, ap);
+    ops.push_back(fp8_linear(Lw.o, act.o.get(), s.q_dim(), T, act.f.get<float>(), H, "o", l));
+
+    add(OpKind::RmsNorm, "norms", "post_norm", l, residual_norm_params(m, act, Lw.norms.post, T, /*add_f=*/true));
+    if (s.moe(l)) {
+      add_moe_ops(ops, Lw.moe, act.a.get<float>(), H, T, act.f.get<float>(), H, act.moe_ws.get(), act.moe_ws.bytes(),
+                  l);
+    } else {
+      const int I = Lw.gate_up.rows / 2;
+      M3_CHECK(Lw.gate_up.rows % 2 == 0 && Lw.down.cols == I && Lw.down.rows == Lw.gate_up.cols,
+               "dense_mlp: layer {} gate_up [{} x {}] and down [{} x {}] do not match", l, Lw.gate_up.rows,
+               Lw.gate_up.cols, Lw.down.rows, Lw.down.cols);
+      ops.push_back(dense_linear(Lw.gate_up, act.a.get(), H, T, act.h.get<float>(), act.ld_h, true, s.swiglu_alpha,
+                                 s.swiglu_limit, "dense_mlp", "gate_up", l));
+      ops.push_back(dense_linear(Lw.down, act.h.get(), act.ld_h, T, act.f.get<float>(), H, false, 0, 0, "dense_mlp",
+                                 "down", l));
+    }
+  }
+  plan.layer_begin.push_back(int(ops.size()));
+  add(OpKind::RmsNorm, "lm_head", "final_norm", -1, residual_norm_params(m, act, m.weights().final_norm(), T, true));
+  if (shape.lm_head) {
+    M3_CHECK(T <= act.logits_rows, "layer plan: lm_head over {} rows, the logits buffer holds {}", T, act.logits_rows);
+    ops.push_back(dense_linear(m.weights().lm_head(), act.a.get(), H, T, act.logits.get<float>(), s.vocab_size, false,
+                               0, 0, "lm_head", "lm_head", -1));
+  }
+  return plan;
+}
+
+}  // namespace m3::native

@@ -1,0 +1,41 @@
+// The forward as data: for one step shape (rows, metadata view, context bound), every launch of
+// the embedding, of each layer and of the final norm (and, for decode buckets, lm_head), as a list
+// of typed op calls (native/op_call.h) whose params were built and checked by the ops' own
+// builders. Decode-bucket plans are built once per bucket (their pointers are the fixed buffers a
+// captured graph replays); eager passes build theirs per pass. Executing a plan is a loop
+// (native/forward.h); the benchmark walks the same list for its per-op spans, and the mono path
+// encodes a layer range's ops as tasks.
+#pragma once
+#include <vector>
+
+#include "native/activations.h"
+#include "native/forward_model.h"
+#include "native/op_call.h"
+#include "native/step_metadata.h"
+
+namespace m3::native {
+
+struct PlanShape {
+  int rows = 0;           // token rows of the pass (padding included)
+  StepMetadataView meta;  // device metadata; meta.max_context sizes the launches (indexer, attention)
+  bool lm_head = false;   // end with lm_head over all rows into Activations::logits (decode buckets)
+};
+
+struct LayerPlan {
+  PlanShape shape;
+  std::vector<OpCall> ops;
+  // ops [layer_begin[l], layer_begin[l + 1]) are layer l's; before layer_begin[0] the embedding,
+  // from layer_begin[num_layers] the final norm (and lm_head).
+  std::vector<int> layer_begin;
+  int layer_first_op(int l) const { return layer_begin[size_t(l)]; }
+};
+
+// Builds the plan (every op's checks run here: a bad shape fails before anything is launched).
+LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanShape& shape);
+
+// The residual norm: with add_f, x += f (the last sublayer's output) first; then a = RMSNorm(x)
+// * (1 + w) over `rows` rows (the next sublayer's input, or the final norm's output).
+kernels::RmsNormParams residual_norm_params(const ForwardModel& m, Activations& act, const uint16_t* w, int rows,
+                                            bool add_f);
+
+}  // namespace m3::native

@@ -1,0 +1,67 @@
+// One launch of the forward as data: which op, its params (built and checked by the op's
+// make_<op>_params in native/<op>.h), and where it sits in the step (the accounting stage the
+// benchmark's spans use, the launch's own name, the model layer). A layer plan (native/layer_plan.h)
+// is a list of these; the native path launches each (launch below, through the one launch
+// helper), the mono path encodes them as tasks. Plain C++: host code holds plans.
+#pragma once
+#include <cstdint>
+#include <variant>
+
+#include "kernels/attention_params.h"
+#include "kernels/embedding_params.h"
+#include "kernels/gather_rows_params.h"
+#include "kernels/gemv_params.h"
+#include "kernels/indexer_params.h"
+#include "kernels/mma_params.h"
+#include "kernels/moe_params.h"
+#include "kernels/qk_norm_rope_params.h"
+#include "kernels/rmsnorm_params.h"
+#include "kernels/router_params.h"
+#include "kernels/work.h"
+#include "native/launch.h"
+
+namespace m3::native {
+
+enum class OpKind : uint8_t {
+  Embed,
+  RmsNorm,
+  MmaLinear,
+  Gemv,
+  QkNormRopeCache,
+  IndexerScores,
+  IndexerTopk,
+  AttentionSplit,
+  AttentionCombine,
+  RouterSelect,
+  MoeGroup,
+  MoeRoute,
+  MoeSplit,
+  MoeMma,
+  MoeGemv,
+  MoeCombine,
+  GatherRows,
+};
+const char* op_kind_name(OpKind k);
+
+using OpParams =
+    std::variant<kernels::EmbedParams, kernels::RmsNormParams, kernels::MmaLinearParams, kernels::GemvParams,
+                 kernels::QkNormRopeCacheParams, kernels::IndexerParams, kernels::AttentionParams,
+                 kernels::RouterSelectParams, kernels::MoeGroupParams, kernels::MoeRouteParams,
+                 kernels::MoeSplitParams, kernels::MoeMmaParams, kernels::MoeGemvParams, kernels::MoeCombineParams,
+                 kernels::GatherRowsParams>;
+
+struct OpCall {
+  OpKind kind = OpKind::Embed;
+  const char* stage = "";  // accounting stage (bench/step_bytes.h): "embed", "norms", "qkv", "rope_cache",
+                           // "index_k", "kv", "o", "moe", "dense_mlp", "lm_head"
+  const char* name = "";   // this launch: "input_norm", "router", "gate_up", "attention", ...
+  int layer = -1;          // model layer, -1 outside the layers
+  OpParams params;
+};
+
+// The op's WorkShape (kernels/<op>_params.h). Throws if kind and params disagree.
+kernels::WorkShape op_shape(const OpCall& op);
+// Launches the op through the launch helper (native/launch.h).
+void launch(const OpCall& op, cudaStream_t stream, const LaunchOptions& opt = {});
+
+}  // namespace m3::native
