@@ -175,7 +175,9 @@ RunFn setup_router_probe(CLI::App& app) {
       "with each router precision and reports the first step whose token differs. See docs/router-probe.md.\n");
   app.add_option("--model", a->model, "checkpoint directory (config.json + safetensors)")->required();
   auto* layers =
-      app.add_option("--layers", a->layers, "MoE layers to probe, comma separated (e.g. 3,20); default: every MoE layer");
+      app.add_option("--layers", a->layers,
+                     "MoE layers to probe, comma separated (e.g. 3,20); default: every MoE layer. With --end-to-end: "
+                     "the layers whose expert sets are compared (every router is rounded in run B either way)");
   auto* ids = app.add_option(
       "--prompt-ids", a->prompt_ids,
       fmt::format("prompt token ids, comma separated (e.g. 1,15,92); default, when neither this nor --prompt-file is "
