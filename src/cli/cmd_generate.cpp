@@ -7,10 +7,10 @@
 #include <chrono>
 #include <cstdio>
 #include <numeric>
-#include <sstream>
 
 #include "cli/backend_choice.h"
 #include "cli/command.h"
+#include "cli/int_list.h"
 #include "core/check.h"
 #include "model/load_weights.h"
 #include "model/spec.h"
@@ -30,26 +30,6 @@ struct GenerateArgs {
   bool device_sampling = true;
 };
 
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> out;
-  std::stringstream ss(s);
-  for (std::string tok; std::getline(ss, tok, ',');) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(tok, &used);
-    } catch (const std::exception&) {
-      M3_FAIL("generate: --prompt-ids entry '{}' is not an integer", tok);
-    }
-    M3_CHECK(used == tok.size() || tok.find_first_not_of(" ", used) == std::string::npos,
-             "generate: --prompt-ids entry '{}' is not an integer", tok);
-    M3_CHECK(v >= 0 && v <= INT32_MAX, "generate: --prompt-ids entry {} is out of range", v);
-    out.push_back(int32_t(v));
-  }
-  M3_CHECK(!out.empty(), "generate: --prompt-ids is empty");
-  return out;
-}
-
 // The backend for --device (cli/backend_choice.h): the CUDA native backend, or the CPU reference on
 // the checkpoint's or the dequantized prepared weights (--weights).
 std::unique_ptr<Backend> make_backend(const GenerateArgs& a, const ModelSpec& spec, int blocks, int positions) {
@@ -63,7 +43,7 @@ int run_generate(const GenerateArgs& a) {
   validate_sampling(sp);
   M3_CHECK(a.max_tokens >= 1, "generate: --max-tokens must be >= 1, got {}", a.max_tokens);
   M3_CHECK(a.threads >= 0, "generate: --threads must be >= 0, got {}", a.threads);
-  std::vector<int32_t> prompt = parse_ids(a.prompt_ids);
+  std::vector<int32_t> prompt = parse_token_ids(a.prompt_ids, "generate: --prompt-ids");
 
   auto t0 = std::chrono::steady_clock::now();
   ModelSpec spec = load_model_spec(a.model);

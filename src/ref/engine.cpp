@@ -23,7 +23,8 @@ class RefBackendImpl final : public RefBackend {
         pool_(opt.threads),
         cache_((check_ref_spec(spec_), spec_), opt.num_cache_blocks),
         rope_(spec_.rotary_dim, spec_.rope_theta),
-        codecs_(make_cache_codecs(spec_, opt.cache)) {
+        codecs_(make_cache_codecs(spec_, opt.cache)),
+        ffn_tap_(std::move(opt.ffn_tap)) {
     check_ref_weights(spec_, w_);
   }
   std::string name() const override { return "cpu-ref"; }
@@ -50,7 +51,8 @@ class RefBackendImpl final : public RefBackend {
     validate_sampling_requests(batch);
     StepPlan plan = plan_step(spec_, cache_, batch);
     for (int t = 0; t < plan.num_tokens; ++t) cache_.mark_written(plan.slot[size_t(t)], plan.pos[size_t(t)]);
-    ForwardContext c{spec_, w_, cache_, rope_, pool_, codecs_.exact() ? nullptr : &codecs_, follow};
+    ForwardContext c{spec_, w_, cache_, rope_, pool_, codecs_.exact() ? nullptr : &codecs_, follow,
+                     ffn_tap_ ? &ffn_tap_ : nullptr};
     StepOutput out = forward_step(c, plan, trace);
     sample_step_on_host(batch, out);  // exact: sample_token on these logits (SeqStep::sample)
     return out;
@@ -63,6 +65,7 @@ class RefBackendImpl final : public RefBackend {
   PagedCache cache_;
   Rope rope_;
   CacheCodecs codecs_;
+  FfnInputTap ffn_tap_;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "model/weights.h"
 #include "ref/cache_codec.h"
+#include "ref/ffn_tap.h"
 #include "ref/follow.h"
 #include "runtime/backend.h"
 
@@ -20,6 +21,7 @@ struct RefOptions {
   int num_cache_blocks;  // blocks of spec.index_block tokens
   int threads;           // 0 = hardware concurrency
   CacheEmulation cache;  // default: exact fp32 caches
+  FfnInputTap ffn_tap;   // sees every layer's FFN input each step (probes; default: none)
 };
 
 class RefBackend : public Backend {

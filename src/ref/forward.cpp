@@ -247,6 +247,7 @@ void ffn_block(const ForwardContext& c, int l, int T, float* x, ExpertChoices* e
   const int H = s.hidden;
   std::vector<float> y(size_t(T) * H), out(size_t(T) * H);
   norm_rows(c.pool, x, L.post_norm, T, H, s.rms_eps, y.data());
+  if (c.ffn_tap && *c.ffn_tap) (*c.ffn_tap)(l, y.data(), T);
   if (s.moe(l)) {
     MoeChoices mc;
     mc.offered = offered;

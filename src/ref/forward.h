@@ -8,6 +8,7 @@
 #include "model/spec.h"
 #include "model/weights.h"
 #include "ref/cache_codec.h"
+#include "ref/ffn_tap.h"
 #include "ref/follow.h"
 #include "ref/kv_cache.h"
 #include "ref/rope.h"
@@ -24,6 +25,7 @@ struct ForwardContext {
   ThreadPool& pool;
   const CacheCodecs* codecs = nullptr;  // rounding of what is written into the caches (null: exact)
   const Follow* follow = nullptr;       // decisions offered for this step (null: none)
+  const FfnInputTap* ffn_tap = nullptr;  // sees every layer's FFN input (null: none)
 };
 
 using BlockChoices = std::vector<std::vector<std::vector<int32_t>>>;  // [token][group] -> block ids
