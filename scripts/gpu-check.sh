@@ -50,7 +50,10 @@ grep '^\[  FAILED  \] [A-Za-z]' "$OUT/gpu-tests.log" | sed -E 's/^\[  FAILED  \]
   while read -r name; do row "  failed: $name" "FAIL" "see gpu-tests.log"; done
 for t in GpuCudaBackend.MixedBatchesMatchReference GpuCudaBackend.GraphReplayIsBitwiseEagerAndTablesDoNotMatter \
          GpuCudaBackend.MalformedStepsThrowAndLeaveTheBackendUsable GpuModel.RealHeadsVsReference \
-         GpuModel.TinyM3aVsReference GpuModel.TinyM3aAgainstTransformersGolden; do
+         GpuModel.TinyM3aVsReference GpuModel.TinyM3aAgainstTransformersGolden \
+         GpuLayerRange.RunnerIsChosenPerStepAndGivesTheSameBits GpuMono.TinyM3aBitwiseEqualsNative \
+         GpuMono.RealHeadsBitwiseEqualsNative GpuMono.WatchdogStopsAFaultAndNativeRerunsTheStep \
+         GpuMono.CreationAllocatesOnlyItsTables; do
   if grep -q "^\[       OK \] $t " "$OUT/gpu-tests.log"; then r=PASS
   elif grep -q "^\[  FAILED  \] $t " "$OUT/gpu-tests.log"; then r=FAIL
   else r="----"; fi
@@ -61,7 +64,7 @@ done
 grep '^MODEL |' "$OUT/gpu-tests.log" | sed 's/^MODEL | //' | while IFS= read -r l; do
   row "  ${l%% |*}" "info" "${l#* | }"
 done
-grep -E '^\s+\[(default|exact|yardstick)|logits compared' "$OUT/gpu-tests.log" | sed 's/^ *//' | while IFS= read -r l; do
+grep -E '^\s+\[(default|exact|yardstick|mono|layer range)|logits compared' "$OUT/gpu-tests.log" | sed 's/^ *//' | while IFS= read -r l; do
   row "  backend test" "info" "$l"
 done
 

@@ -29,6 +29,8 @@ struct BenchOptions {
   uint64_t seed = 1;
   std::string commit;                   // recorded in the report ("" = $M3_COMMIT or "unknown")
   double tc_peak_tflops = NAN;          // prefill fraction denominator (NaN = measured bf16 GEMM on cuda)
+  std::string trace;                    // mono: per-task device timestamps of each case's set-up step, to
+                                        // <trace>.b<batch>.ctx<context>.csv (and a summary in the report)
 };
 
 // The spec a run measures: preset or config, cut to --layers, then one rank of --tp-shard.

@@ -12,6 +12,7 @@
 #include "model/weight_table.h"
 #include "ref/engine.h"
 #if M3_WITH_CUDA
+#include "mono/mono.h"
 #include "native/cuda_backend.h"
 #include "native/prepared.h"
 #endif
@@ -86,12 +87,26 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
     o.kv_dtype = o.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F8_E4M3);
     o.num_cache_blocks = std::max(c.cache_blocks, 1);
     if (c.max_seq_len > 0) o.max_model_len = std::min(c.max_seq_len, o.num_cache_blocks * spec.index_block);
-    return native::make_cuda_backend(std::move(pw), o);
+    auto be = native::make_cuda_backend(std::move(pw), o);
+    if (c.mono) {
+      auto r = mono::create(be->model(), mono::MonoOptions{});
+      if (auto* refusal = std::get_if<mono::Refusal>(&r)) {
+        std::fprintf(stderr, "note: %s\n  (every step runs natively)\n", refusal->text().c_str());
+      } else {
+        auto& runner = std::get<std::unique_ptr<mono::MonoRunner>>(r);
+        std::fprintf(stderr, "note: %s\n", runner->describe().c_str());
+        be->add_layer_range_runner(std::move(runner));
+      }
+    }
+    return be;
   }
 #else
   M3_CHECK(!cuda, "{}: --device cuda: this build has no CUDA (configure with -DM3_CUDA=ON)", command);
 #endif
+  M3_CHECK(!c.mono || c.device == "auto", "{}: --mono needs the CUDA backend (--device cuda or auto), got --device {}",
+           command, c.device);
   if (c.device == "auto") std::fprintf(stderr, "note: no CUDA device available; using the CPU reference\n");
+  if (c.mono) std::fprintf(stderr, "note: --mono needs a GPU; the CPU reference runs every step\n");
   if (c.router_dtype != "float32" && c.weights != "prepared")
     std::fprintf(stderr, "note: --router-dtype applies to the prepared weights (CUDA, or --weights prepared)\n");
   ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec, c.router_dtype == "bfloat16")

@@ -8,6 +8,7 @@
 //                             reference stores fp32 and can round it through the same codec)
 //   --router-dtype float32|bfloat16  (the prepared store's router weight; logits, sigmoid and the
 //                             correction bias stay fp32 either way)
+//   --mono                    (CUDA: the fused decode path for the batches it serves)
 #pragma once
 #include <memory>
 #include <string>
@@ -29,6 +30,10 @@ struct BackendChoice {
   // through the GPU's codec, ref/cache_codec.h), "fp32" (CPU reference only).
   std::string cache_dtype = "";
   std::string router_dtype = "float32";  // prepared router weight: float32 or bfloat16
+  // --mono: register the fused persistent decode path (src/mono) on the CUDA backend; every step
+  // it accepts runs its sparse layers (decode batches of at most 4 rows), any other runs natively.
+  // A static refusal is printed with its reasons and the backend runs native only.
+  bool mono = false;
 };
 
 // Throws naming the flag when a value is not one of the choices.

@@ -79,7 +79,7 @@ RunFn setup_bench(CLI::App& app) {
   app.add_option("--batch", a->batch, "decode rows per step, comma list (e.g. 1,2,4,8,16)")->capture_default_str();
   app.add_option("--context", a->context, "tokens cached per row, comma list (e.g. 1K,8K,64K; default 8K on cuda, 1K on cpu)");
   app.add_option("--prefill", a->prefill, "prefill cases: tokens of one request, comma list (e.g. 8K)");
-  app.add_option("--paths", a->paths, "step paths side by side, comma list (cuda: stream, the plain read of the step's bytes, always run; native, the plans CudaBackend runs (native/forward.h); cpu: cpu-ref)");
+  app.add_option("--paths", a->paths, "step paths side by side, comma list (cuda: stream, the plain read of the step's bytes, always run; native, the plans CudaBackend runs (native/forward.h); mono, the same with the sparse layers in one persistent launch (src/mono); cpu: cpu-ref)");
   app.add_option("--steps", o.steps, "timed steps per case (after warm-up)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--eager-reps", o.eager_reps, "timed runs of steps a path cannot capture (the native prefill)")
@@ -93,6 +93,9 @@ RunFn setup_bench(CLI::App& app) {
   app.add_option("--seed", o.seed, "random weights / routing seed")->capture_default_str();
   app.add_option("--commit", o.commit, "commit recorded in the report (default $M3_COMMIT)");
   app.add_option("--tc-peak", o.tc_peak_tflops, "tensor-core peak TFLOP/s for the prefill fraction (default: measured)");
+  app.add_option("--trace", o.trace,
+                 "mono: per-task device timestamps of each decode case's set-up step to TRACE.b<batch>.ctx<context>.csv "
+                 "(op, item, layer, code, wait/run/end ns) and a per-op summary in the report");
   app.add_option("--json", a->json, "write the results as JSON");
   app.add_option("--chart", a->chart, "write a PNG of latency vs batch and context with the floor (needs matplotlib)");
   return [a] { return run_bench(*a); };

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <numeric>
 
 #include "cli/backend_choice.h"
@@ -28,6 +29,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   bool stop_at_eos = false;
   bool device_sampling = true;
+  bool mono = false;
 };
 
 // The backend for --device (cli/backend_choice.h): the CUDA native backend, or the CPU reference on
@@ -35,6 +37,7 @@ struct GenerateArgs {
 std::unique_ptr<Backend> make_backend(const GenerateArgs& a, const ModelSpec& spec, int blocks, int positions) {
   BackendChoice c{a.device, a.weights, a.threads, blocks, positions};
   c.router_dtype = a.router_dtype;
+  c.mono = a.mono;
   return make_chosen_backend(c, a.model, spec, "generate");
 }
 
@@ -69,6 +72,8 @@ int run_generate(const GenerateArgs& a) {
   std::iota(table.begin(), table.end(), 0);
   SamplerState st{a.seed, 0};
   std::vector<int32_t> out;
+  std::map<std::string, int> paths;      // steps per execution path
+  std::map<std::string, int> fallbacks;  // steps a preferred path declined, by reason
   // One step and its token: sampled here from the logits, or with --device-sampling by the backend
   // (SeqStep::sample, no logits copied back) with the same (seed, draw index).
   auto step = [&](int32_t start, std::vector<int32_t> toks) {
@@ -78,6 +83,8 @@ int run_generate(const GenerateArgs& a) {
       q.want_logits = false;
     }
     StepOutput o = backend->step(StepBatch{{std::move(q)}});
+    ++paths[o.path];
+    if (!o.fallback_reason.empty()) ++fallbacks[o.fallback_reason];
     if (a.device_sampling && !o.tokens.empty() && o.tokens[0] >= 0) {
       if (sp.temperature != 0) st.draws++;
       return int32_t(o.tokens[0]);
@@ -98,6 +105,10 @@ int run_generate(const GenerateArgs& a) {
   std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s)\n", prompt.size(), tp, double(prompt.size()) / tp);
   if (nd > 0) std::fprintf(stderr, "decode: %d tokens in %.3f s (%.1f tokens/s)\n", nd, td, double(nd) / td);
   else std::fprintf(stderr, "decode: no decode steps\n");
+  std::string by_path;
+  for (const auto& [p, n] : paths) by_path += fmt::format("{}{} {}", by_path.empty() ? "" : ", ", p, n);
+  for (const auto& [r, n] : fallbacks) by_path += fmt::format("; fallback {} {}", r, n);
+  std::fprintf(stderr, "steps per path: %s\n", by_path.c_str());
   return 0;
 }
 
@@ -116,6 +127,9 @@ RunFn setup_generate(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")->capture_default_str();
   app.add_flag("--stop-at-eos", a->stop_at_eos, "stop after the model's eos token");
+  app.add_flag("--mono", a->mono,
+               "CUDA: the fused persistent decode path for the steps it serves (decode, <= 4 rows); prints the "
+               "steps per path at the end");
   app.add_flag("--device-sampling,!--host-sampling", a->device_sampling,
                "sample on the backend (the GPU kernel on CUDA; default) or copy logits back and sample on the host");
   return [a] { return run_generate(*a); };

@@ -35,6 +35,7 @@ struct ServeArgs {
   int max_model_len = 0;
   double grace_s = 10;
   bool device_sampling = true;
+  bool mono = false;
 };
 
 // Signals: SIGTERM/SIGINT are blocked in every thread (the mask is set before any thread exists,
@@ -113,6 +114,7 @@ int run_serve(ServeArgs a) {
 
   BackendChoice choice{a.device, a.weights, a.threads, a.cache_blocks, a.max_model_len};
   choice.router_dtype = a.router_dtype;
+  choice.mono = a.mono;
   validate_backend_choice(choice, "serve");
   std::fprintf(stderr, "m3mono serve: loading %s\n", a.model.c_str());
   ModelSpec spec = load_model_spec(dir);
@@ -169,6 +171,9 @@ M3_COMMAND(
       app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")
           ->capture_default_str();
       app.add_option("--threads", a->threads, "CPU backend threads (0 = all cores)")->capture_default_str();
+      app.add_flag("--mono", a->mono,
+                   "CUDA: the fused persistent decode path for the steps it serves (decode, <= 4 rows); "
+                   "/metrics counts steps per path and fallbacks by reason");
       app.add_flag("--device-sampling,!--host-sampling", a->device_sampling,
                    "sample on the backend (the GPU kernel on CUDA; default) or copy logits back and sample on the host");
       app.add_option("--max-num-seqs", a->max_num_seqs, "Largest running batch")->capture_default_str()->check(CLI::PositiveNumber);

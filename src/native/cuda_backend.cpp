@@ -5,6 +5,7 @@
 #include "native/cuda_backend.h"
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
@@ -137,6 +138,7 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendStats stats() const override { return stats_; }
   void set_block_score_trace(BlockScoreTrace* s) override { score_trace_ = s; }
   const Dispatcher& dispatcher() const override { return dispatcher_; }
+  const ForwardModel& model() const override { return fw_.model(); }
 
   void add_layer_range_runner(std::unique_ptr<LayerRangeRunner> runner) override {
     M3_CHECK(runner != nullptr, "cuda backend: no layer range runner");
@@ -175,15 +177,28 @@ class CudaBackendImpl final : public CudaBackend {
 
     bool decode = !trace && int(batch.seqs.size()) <= opt_.max_graph_batch;
     for (const SeqStep& s : batch.seqs) decode = decode && s.tokens.size() == 1;
-    if (decode) {
-      run_decode(batch, seqs, host_logits, choice.path, runner);
-    } else {
-      std::unique_ptr<StepTraceRecorder> rec;
-      if (trace) {
-        rec = std::make_unique<StepTraceRecorder>(fw_, trace, score_trace_);
-        rec->begin();
+    auto run = [&](int path, LayerRangeRunner* r) {
+      if (decode) {
+        run_decode(batch, seqs, host_logits, path, r);
+      } else {
+        std::unique_ptr<StepTraceRecorder> rec;
+        if (trace) {
+          rec = std::make_unique<StepTraceRecorder>(fw_, trace, score_trace_);
+          rec->begin();
+        }
+        run_chunked(batch, seqs, host_logits, rec.get(), r);
       }
-      run_chunked(batch, seqs, host_logits, rec.get(), runner);
+    };
+    run(choice.path, runner);
+    if (runner) {
+      const std::string err = runner->take_error();
+      if (!err.empty()) {  // the runner failed this step: native re-runs all of it (same slots, same values)
+        fmt::print(stderr, "cuda backend: path {} failed a step, re-running it natively: {}\n", choice.name, err);
+        dispatcher_.count_failure(choice.name, "fault");
+        out.path = "native";
+        out.fallback_reason = choice.name + ":fault";
+        run(int(dispatcher_.path_names().size()) - 1, nullptr);
+      }
     }
     if (!samples_.empty()) out.tokens = samples_.collect(batch, stream_);
     // Only now (every launch succeeded) do the new positions count as written.

@@ -44,6 +44,7 @@ namespace m3::native {
 class PreparedWeights;
 class DeviceKvCache;
 class LayerRangeRunner;
+class ForwardModel;
 
 struct CudaBackendOptions {
   int num_cache_blocks = 256;  // blocks of spec.index_block tokens
@@ -86,6 +87,8 @@ class CudaBackend : public Backend {
   virtual void add_layer_range_runner(std::unique_ptr<LayerRangeRunner> runner) = 0;
   // Steps per path and fallbacks per reason so far.
   virtual const Dispatcher& dispatcher() const = 0;
+  // The forward's model views (weights, caches, numerics constants): what a runner reads.
+  virtual const ForwardModel& model() const = 0;
 };
 
 // The weights are shared (tests dequantize them for the CPU reference). Checks that the arena is

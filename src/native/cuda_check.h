@@ -20,9 +20,12 @@ void allow_dynamic_smem(const void* kernel, size_t bytes);
 }  // namespace native
 }  // namespace m3
 
+// A failed call's error is also taken off the thread's last-error state, so the launch check of
+// the next (unrelated) launch does not report it again.
 #define M3_CUDA_CHECK(expr)                                                                    \
   do {                                                                                         \
     cudaError_t _e = (expr);                                                                   \
+    if (_e != cudaSuccess) (void)cudaGetLastError();                                           \
     M3_CHECK(_e == cudaSuccess, "CUDA error {} ({}) in {}", int(_e), cudaGetErrorString(_e), #expr); \
   } while (0)
 

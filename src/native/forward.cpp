@@ -48,6 +48,7 @@ void Forward::run(const LayerPlan& plan, cudaStream_t stream, PlanObserver* obs,
   const LayerRange r = model_.sparse_range();
   if (!runner || r.empty()) return run_ops(plan, 0, n, stream, obs);
   run_ops(plan, 0, plan.layer_first_op(r.first), stream, obs);
+  if (obs) obs->before_runner(*runner, r, stream);
   runner->run_layers(plan, r, stream);
   run_ops(plan, plan.layer_first_op(r.last), n, stream, obs);
 }

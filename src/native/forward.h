@@ -22,6 +22,10 @@ class PlanObserver {
   virtual ~PlanObserver() = default;
   virtual void before(const OpCall& op, cudaStream_t stream) { (void)op, (void)stream; }
   virtual void after(const OpCall& op, cudaStream_t stream) { (void)op, (void)stream; }
+  // Before a LayerRangeRunner enqueues the layers it runs in place of the plan's ops.
+  virtual void before_runner(const LayerRangeRunner& runner, LayerRange range, cudaStream_t stream) {
+    (void)runner, (void)range, (void)stream;
+  }
 };
 
 struct ForwardOptions {

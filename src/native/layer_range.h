@@ -22,6 +22,9 @@ class LayerRangeRunner {
   // Enqueues layers [range.first, range.last) of `plan` (a plan of the step it accepted) on stream,
   // in place of the plan's ops for them. Capturable: graph replays of the step repeat it.
   virtual void run_layers(const LayerPlan& plan, LayerRange range, cudaStream_t stream) = 0;
+  // After the step's stream synchronized: "" when the runner's launches of the step completed,
+  // else what went wrong (the backend then re-runs the step natively and counts "<name>:fault").
+  virtual std::string take_error() { return ""; }
 };
 
 }  // namespace m3::native

@@ -59,9 +59,50 @@ struct OpCall {
   OpParams params;
 };
 
+// The params of op's kind (throws naming the op when kind and params disagree).
+template <class P>
+const P& op_params(const OpCall& op);
+// f(params) with the params type op.kind says.
+template <class F>
+decltype(auto) with_op_params(const OpCall& op, F&& f);
+
 // The op's WorkShape (kernels/<op>_params.h). Throws if kind and params disagree.
 kernels::WorkShape op_shape(const OpCall& op);
 // Launches the op through the launch helper (native/launch.h).
 void launch(const OpCall& op, cudaStream_t stream, const LaunchOptions& opt = {});
+
+// ---- the templates above ----
+[[noreturn]] void op_params_mismatch(const OpCall& op);
+
+template <class P>
+const P& op_params(const OpCall& op) {
+  const P* p = std::get_if<P>(&op.params);
+  if (!p) op_params_mismatch(op);
+  return *p;
+}
+
+template <class F>
+decltype(auto) with_op_params(const OpCall& op, F&& f) {
+  switch (op.kind) {
+    case OpKind::Embed: return f(op_params<kernels::EmbedParams>(op));
+    case OpKind::RmsNorm: return f(op_params<kernels::RmsNormParams>(op));
+    case OpKind::MmaLinear: return f(op_params<kernels::MmaLinearParams>(op));
+    case OpKind::Gemv: return f(op_params<kernels::GemvParams>(op));
+    case OpKind::QkNormRopeCache: return f(op_params<kernels::QkNormRopeCacheParams>(op));
+    case OpKind::IndexerScores:
+    case OpKind::IndexerTopk: return f(op_params<kernels::IndexerParams>(op));
+    case OpKind::AttentionSplit:
+    case OpKind::AttentionCombine: return f(op_params<kernels::AttentionParams>(op));
+    case OpKind::RouterSelect: return f(op_params<kernels::RouterSelectParams>(op));
+    case OpKind::MoeGroup: return f(op_params<kernels::MoeGroupParams>(op));
+    case OpKind::MoeRoute: return f(op_params<kernels::MoeRouteParams>(op));
+    case OpKind::MoeSplit: return f(op_params<kernels::MoeSplitParams>(op));
+    case OpKind::MoeMma: return f(op_params<kernels::MoeMmaParams>(op));
+    case OpKind::MoeGemv: return f(op_params<kernels::MoeGemvParams>(op));
+    case OpKind::MoeCombine: return f(op_params<kernels::MoeCombineParams>(op));
+    case OpKind::GatherRows: return f(op_params<kernels::GatherRowsParams>(op));
+  }
+  op_params_mismatch(op);
+}
 
 }  // namespace m3::native

@@ -31,6 +31,13 @@ PathChoice Dispatcher::choose(const StepBatch& batch) {
   M3_FAIL("dispatcher: no path accepted the batch");  // unreachable: native accepts everything
 }
 
+void Dispatcher::count_failure(const std::string& path, const std::string& reason) {
+  auto it = steps_.find(path);
+  if (it != steps_.end() && it->second > 0) --it->second;
+  ++steps_["native"];
+  ++fallbacks_[path + ":" + reason];
+}
+
 std::vector<std::string> Dispatcher::path_names() const {
   std::vector<std::string> n;
   for (const auto& p : paths_) n.push_back(p.name);

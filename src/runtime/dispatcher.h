@@ -34,6 +34,10 @@ class Dispatcher {
   // Chooses and counts.
   PathChoice choose(const StepBatch& batch);
 
+  // A step counted for `path` that the path failed and native re-ran: counted for native instead,
+  // with the fallback reason "<path>:<reason>".
+  void count_failure(const std::string& path, const std::string& reason);
+
   std::vector<std::string> path_names() const;
   const std::map<std::string, uint64_t>& steps_by_path() const { return steps_; }
   const std::map<std::string, uint64_t>& fallbacks() const { return fallbacks_; }  // reason -> steps

@@ -182,6 +182,7 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
   env.cache = &cache;
   env.bytes_opt = bo;
   env.seed = o.seed;
+  env.trace = o.trace;
   for (const auto& c : cases) {
     env.max_len = std::max(env.max_len, c.max_len());
     if (c.is_prefill()) env.max_prefill = std::max(env.max_prefill, c.prefill);

@@ -16,9 +16,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "bench/cuda/step_runner.h"
+#include "mono/mono.h"
 #include "native/cuda_backend.h"
 #include "native/cuda_check.h"
 #include "native/forward.h"
@@ -42,6 +44,13 @@ class Observer final : public native::PlanObserver {
     layer_ = op.layer;
     rec_->mark(s, op.stage, op.layer);
   }
+  void before_runner(const native::LayerRangeRunner& r, native::LayerRange, cudaStream_t s) override {
+    if (!rec_) return;
+    runner_name_ = r.name();
+    stage_ = runner_name_.c_str();
+    layer_ = -1;
+    rec_->mark(s, stage_, -1);
+  }
   void after(const native::OpCall& op, cudaStream_t s) override {
     if (!route_) return;
     const kernels::RouterSelectParams* sp = nullptr;
@@ -60,6 +69,7 @@ class Observer final : public native::PlanObserver {
   int64_t stride_;
   const char* stage_ = nullptr;
   int layer_ = -2;
+  std::string runner_name_;
 };
 
 int pow2_at_least(int n) {
@@ -68,9 +78,12 @@ int pow2_at_least(int n) {
   return b;
 }
 
+// mono: the same forward with the mono runtime (mono/mono.h) running the sparse layer range of
+// decode steps (prefill cases stay native); its set-up step is checked bitwise against the native
+// plan's logits of the same step.
 class NativeRunner final : public StepRunner {
  public:
-  explicit NativeRunner(const StepEnv& env) : env_(env) {
+  NativeRunner(const StepEnv& env, bool mono) : env_(env), mono_(mono) {
     M3_CHECK(env.weights != nullptr && env.cache != nullptr && env.spec != nullptr,
              "bench native: the run gives no prepared weights / cache (StepEnv::weights, cache)");
     const ModelSpec& spec = *env.spec;
@@ -85,15 +98,23 @@ class NativeRunner final : public StepRunner {
     o.logits_rows = std::max(256, max_batch_);
     o.launch.pdl = native::pdl_default();
     fw_ = std::make_unique<native::Forward>(env.weights, *env.cache, o);
+    if (mono_) {
+      mono::MonoOptions mo;
+      mo.trace = !env.trace.empty();
+      auto r = mono::create(fw_->model(), mo);
+      if (auto* refusal = std::get_if<mono::Refusal>(&r)) M3_FAIL("bench mono: {}", refusal->text());
+      runner_ = std::move(std::get<std::unique_ptr<mono::MonoRunner>>(r));
+    }
     stride_ = int64_t(o.max_tokens) * spec.top_k;
     M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&route_), size_t(spec.num_layers) * size_t(stride_) * 4));
   }
   ~NativeRunner() override {
+    runner_.reset();
     fw_.reset();
     if (route_) cudaFree(route_);
   }
 
-  std::string name() const override { return "native"; }
+  std::string name() const override { return mono_ ? "mono" : "native"; }
 
   void setup(const BenchCase& c, cudaStream_t s) override {
     const ModelSpec& spec = *env_.spec;
@@ -134,6 +155,20 @@ class NativeRunner final : public StepRunner {
       fw_->upload(m, ids, s);
       fw_->run(fw_->bucket_plan(bucket_), s, &obs);
       rows_ = c.batch;
+      if (mono_) {  // the same step through mono: bitwise the native plan's logits
+        const size_t n = size_t(c.batch) * size_t(spec.vocab_size);
+        std::vector<float> want(n), got(n);
+        M3_CUDA_CHECK(cudaMemcpyAsync(want.data(), fw_->act().logits.get(), n * 4, cudaMemcpyDeviceToHost, s));
+        M3_CUDA_CHECK(cudaMemsetAsync(fw_->act().logits.get(), 0xff, n * 4, s));  // NaN poison
+        fw_->run(fw_->bucket_plan(bucket_), s, nullptr, runner_.get());
+        M3_CUDA_CHECK(cudaMemcpyAsync(got.data(), fw_->act().logits.get(), n * 4, cudaMemcpyDeviceToHost, s));
+        M3_CUDA_CHECK(cudaStreamSynchronize(s));
+        if (std::string e = runner_->take_error(); !e.empty()) M3_FAIL("bench mono: {}", e);
+        mono_differ_ = 0;
+        for (size_t i = 0; i < n; ++i) mono_differ_ += std::memcmp(&want[i], &got[i], 4) != 0;
+        trace_summary_.clear();
+        if (!env_.trace.empty()) write_trace(c);
+      }
     }
     M3_CUDA_CHECK(cudaStreamSynchronize(s));
     count_hits();
@@ -144,7 +179,7 @@ class NativeRunner final : public StepRunner {
   void enqueue(cudaStream_t s, OpRecorder* rec) override {
     M3_CHECK(!c_.is_prefill(), "bench native: a prefill step is not capturable (run_eager)");
     Observer obs(rec);
-    fw_->run(fw_->bucket_plan(bucket_), s, rec ? &obs : nullptr);
+    fw_->run(fw_->bucket_plan(bucket_), s, rec ? &obs : nullptr, runner_.get());
   }
 
   void run_eager(cudaStream_t s, OpRecorder* rec) override {
@@ -161,6 +196,12 @@ class NativeRunner final : public StepRunner {
 
   std::string check_outputs() override {
     const int V = env_.spec->vocab_size;
+    if (runner_) {
+      if (std::string e = runner_->take_error(); !e.empty()) return e;
+      if (mono_differ_ > 0)
+        return fmt::format("mono's set-up step differs from the native plan's in {} logits (expected bitwise equal)",
+                           mono_differ_);
+    }
     std::vector<float> h;
     if (c_.is_prefill()) {
       h = host_logits_;
@@ -178,6 +219,10 @@ class NativeRunner final : public StepRunner {
   }
 
   std::string note() const override {
+    if (mono_ && !c_.is_prefill())
+      return fmt::format("decode bucket {} plan with the sparse layers in one mono launch ({}); set-up step bitwise "
+                         "vs native: {} logits differ{}",
+                         bucket_, runner_->describe(), mono_differ_, trace_summary_.empty() ? "" : "\n" + trace_summary_);
     if (c_.is_prefill())
       return fmt::format("one eager pass of {} rows: metadata upload, plan build, layers, last row's lm_head, logits "
                          "to the host (not a graph)",
@@ -214,6 +259,20 @@ class NativeRunner final : public StepRunner {
     M3_CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
+  // The set-up step's mono launch, task by task, to the --trace file of this case.
+  void write_trace(const BenchCase& c) {
+    const auto tr = runner_->trace();
+    const std::string path = fmt::format("{}.b{}.ctx{}.csv", env_.trace, c.batch, c.context);
+    FILE* f = std::fopen(path.c_str(), "w");
+    M3_CHECK(f != nullptr, "bench mono: --trace: cannot write {}", path);
+    std::fprintf(f, "op,item,layer,code,wait_ns,run_ns,end_ns\n");
+    for (const auto& t : tr)
+      std::fprintf(f, "%d,%d,%d,%s,%.0f,%.0f,%.0f\n", t.op, t.item, t.layer, t.code.c_str(), t.wait_begin, t.run_begin,
+                   t.end);
+    std::fclose(f);
+    trace_summary_ = mono::summarize_trace(tr) + "  (trace: " + path + ")";
+  }
+
   // Distinct routed experts of the live rows per MoE layer, from the setup step's routing.
   void count_hits() {
     const ModelSpec& spec = *env_.spec;
@@ -234,7 +293,11 @@ class NativeRunner final : public StepRunner {
   }
 
   StepEnv env_;
+  bool mono_ = false;
   std::unique_ptr<native::Forward> fw_;
+  std::unique_ptr<mono::MonoRunner> runner_;
+  size_t mono_differ_ = 0;
+  std::string trace_summary_;
   BenchCase c_;
   std::vector<std::vector<int32_t>> tables_;
   int bucket_ = 0, rows_ = 0, max_batch_ = 1;
@@ -246,6 +309,7 @@ class NativeRunner final : public StepRunner {
 
 }  // namespace
 
-std::unique_ptr<StepRunner> make_native_runner(const StepEnv& env) { return std::make_unique<NativeRunner>(env); }
+std::unique_ptr<StepRunner> make_native_runner(const StepEnv& env) { return std::make_unique<NativeRunner>(env, false); }
+std::unique_ptr<StepRunner> make_mono_runner(const StepEnv& env) { return std::make_unique<NativeRunner>(env, true); }
 
 }  // namespace m3::bench

@@ -115,7 +115,7 @@ std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env) { return std:
 void register_builtin_paths() {
   register_step_path("stream", make_stream_runner);
   register_step_path("native", make_native_runner);
-  // The mono path: register_step_path("mono", make_mono_runner); here.
+  register_step_path("mono", make_mono_runner);
 }
 
 }  // namespace m3::bench

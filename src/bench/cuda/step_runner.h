@@ -44,6 +44,7 @@ struct StepEnv {
   int64_t max_len = 0;     // longest causal length (BenchCase::max_len)
   int max_batch = 0;       // most decode rows
   int64_t max_prefill = 0; // longest prefill
+  std::string trace;       // BenchOptions::trace
 };
 
 // Block tables of a case: decode row r (prefill: the one request, r = 0) owns the physical
@@ -81,8 +82,7 @@ class StepRunner {
 };
 
 using StepRunnerFactory = std::function<std::unique_ptr<StepRunner>(const StepEnv&)>;
-// Paths by name: register_builtin_paths() registers "stream" and "native" (the mono path will
-// add "mono" there).
+// Paths by name: register_builtin_paths() registers "stream", "native" and "mono".
 void register_step_path(const std::string& name, StepRunnerFactory f);
 std::vector<std::string> step_path_names();
 StepRunnerFactory step_path(const std::string& name);  // throws listing the known names
@@ -100,5 +100,8 @@ std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env);
 // cache as history. Prefill: one eager pass of T rows (not capturable). experts_hit() counts the
 // router's actual choices.
 std::unique_ptr<StepRunner> make_native_runner(const StepEnv& env);
+// The "mono" path: the same forward with mono (src/mono) running the sparse layers of decode
+// cases (prefill cases run natively); the set-up step is checked bitwise against native's.
+std::unique_ptr<StepRunner> make_mono_runner(const StepEnv& env);
 
 }  // namespace m3::bench

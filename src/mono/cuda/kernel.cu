@@ -1,0 +1,197 @@
+// The mono persistent kernel (kernel.h): the decode ops of the sparse layers, called through the
+// op structs native launches (kernels/<op>.cuh), one switch over the op codes (mono/op_code.h).
+#include <cuda_runtime.h>
+
+#include "kernels/attention.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/indexer.cuh"
+#include "kernels/mma_linear.cuh"
+#include "kernels/moe_mma.cuh"
+#include "kernels/moe_mxfp4.cuh"
+#include "kernels/qk_norm_rope_cache.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/router.cuh"
+#include "mono/cuda/kernel.h"
+#include "native/cuda_check.h"
+
+namespace m3::mono {
+
+namespace {
+
+using namespace kernels;
+
+__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_add(unsigned long long* p, unsigned long long v) {
+  asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The params are copied out of the table first: a private copy cannot alias the op's outputs, so
+// the compiler keeps its fields in registers instead of re-reading global memory after every store.
+template <class Op>
+__device__ __forceinline__ void run(const MonoOp& op, int64_t item, Group g, uint8_t* smem) {
+  const typename Op::Params p = *reinterpret_cast<const typename Op::Params*>(op.params);
+  Op::run(p, item, g, smem);
+}
+
+__device__ void run_op(const MonoOp& op, int64_t item, Group g, uint8_t* smem) {
+  switch (OpCode(op.code)) {
+    case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(op, item, g, smem);
+    case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(op, item, g, smem);
+    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(op, item, g, smem);
+    case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(op, item, g, smem);
+    case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(op, item, g, smem);
+    case OpCode::RopeBf16Fp8: return run<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(op, item, g, smem);
+    case OpCode::RopeBf16Bf16: return run<QkNormRopeCacheOp<CacheBf16, CacheBf16>>(op, item, g, smem);
+    case OpCode::IndexerScoresFp8: return run<IndexerScoresOp<CacheFp8>>(op, item, g, smem);
+    case OpCode::IndexerScoresBf16: return run<IndexerScoresOp<CacheBf16>>(op, item, g, smem);
+    case OpCode::IndexerTopk: return run<IndexerTopkOp>(op, item, g, smem);
+    case OpCode::AttnSplitFp8D64: return run<AttentionSplitOp<CacheFp8, 64>>(op, item, g, smem);
+    case OpCode::AttnSplitFp8D128: return run<AttentionSplitOp<CacheFp8, 128>>(op, item, g, smem);
+    case OpCode::AttnSplitBf16D64: return run<AttentionSplitOp<CacheBf16, 64>>(op, item, g, smem);
+    case OpCode::AttnSplitBf16D128: return run<AttentionSplitOp<CacheBf16, 128>>(op, item, g, smem);
+    case OpCode::AttnCombine: return run<AttentionCombineOp>(op, item, g, smem);
+    case OpCode::GemvF32M1: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 1>>(op, item, g, smem);
+    case OpCode::GemvF32M2: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 2>>(op, item, g, smem);
+    case OpCode::GemvF32M4: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 4>>(op, item, g, smem);
+    case OpCode::GemvBf16M1: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 1>>(op, item, g, smem);
+    case OpCode::GemvBf16M2: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 2>>(op, item, g, smem);
+    case OpCode::GemvBf16M4: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 4>>(op, item, g, smem);
+    case OpCode::MoeRoute: return run<MoeRouteOp>(op, item, g, smem);
+    case OpCode::MoeSplit: return run<MoeSplitOp>(op, item, g, smem);
+    case OpCode::MoeWideStaged3: return run<MoeWideOp<3>>(op, item, g, smem);
+    case OpCode::MoeWideRegs: return run<MoeWideOp<0>>(op, item, g, smem);
+    case OpCode::MoeCombine: return run<MoeCombineOp>(op, item, g, smem);
+    default: __trap();
+  }
+}
+
+// Thread 0: waits until task (op, item)'s dependency is met. Returns false when the kernel must
+// stop (this wait tripped the watchdog, or another CTA's did).
+__device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index, int32_t item, uint64_t epoch, int cta,
+                         int task) {
+  const unsigned long long* c;
+  unsigned long long target;
+  if (a.serialized) {
+    const int64_t g = int64_t(op.first_task) + item;
+    c = a.seq;
+    target = (epoch - 1) * uint64_t(a.num_tasks) + uint64_t(g);
+  } else {
+    if (op.wait_op < 0) return true;
+    c = a.counters + size_t(op.wait_op) * kCounterStride;
+    target = epoch * uint64_t(a.ops[op.wait_op].items);
+  }
+  if (op_index == a.fault_op) target += 1;  // tests: a target nobody reaches
+  if (ld_acquire(c) >= target) return true;
+  const uint64_t t0 = global_ns();
+  for (uint32_t spin = 0;; ++spin) {
+    if (ld_acquire(c) >= target) return true;
+    if (*reinterpret_cast<volatile uint32_t*>(a.abort)) return false;
+    __nanosleep(32);
+    if ((spin & 63) == 63 && global_ns() - t0 > a.watchdog_ns) {
+      if (atomicCAS(a.abort, 0u, 1u) == 0u) {
+        MonoError* e = a.error;
+        e->cta = cta;
+        e->task = task;
+        e->op = op_index;
+        e->wait_op = a.serialized ? -2 : op.wait_op;
+        e->layer = op.layer;
+        e->target = target;
+        e->value = ld_acquire(c);
+        __threadfence_system();
+        *reinterpret_cast<volatile int32_t*>(&e->code) = 1;
+        __threadfence_system();
+      }
+      return false;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_constant__ KernelArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ int go;
+  const int cta = int(blockIdx.x), tid = int(threadIdx.x);
+  const uint64_t epoch = a.epochs[cta] + 1;  // every CTA ran the kernel as often: the same value
+  bool done = true;
+  const int32_t end = a.cta_begin[cta + 1];
+  for (int32_t i = a.cta_begin[cta]; i < end;) {
+    const MonoTask t = a.tasks[i];
+    const MonoOp& op = a.ops[t.op];
+    // up to op.groups consecutive tasks of this op run side by side, one group each (one at a
+    // time in the serialized mode)
+    int n = 1;
+    if (!a.serialized)
+      while (n < op.groups && i + n < end && a.tasks[i + n].op == t.op) ++n;
+    if (tid == 0) {
+      if (a.trace)
+        for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item)] = global_ns();
+      go = wait_for(a, op, t.op, t.item, epoch, cta, i) ? 1 : 0;
+      if (a.trace)
+        for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item) + 1] = global_ns();
+    }
+    __syncthreads();
+    if (!go) {
+      done = false;
+      break;
+    }
+    const int g = tid / op.threads;
+    if (g < n)
+      run_op(op, a.tasks[i + g].item, Group{tid - g * op.threads, op.threads, 1 + g}, smem + size_t(g) * op.smem);
+    __threadfence();  // this thread's outputs are visible GPU-wide before the counter moves
+    __syncthreads();
+    if (tid == 0) {
+      if (a.trace)
+        for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item) + 2] = global_ns();
+      red_release_add(a.counters + size_t(t.op) * kCounterStride, (unsigned long long)n);
+      if (a.serialized) red_release_add(a.seq, 1ull);
+    }
+    i += n;
+  }
+  if (tid == 0 && done) a.epochs[cta] = epoch;
+}
+
+}  // namespace
+
+int kernel_max_dynamic_smem() {
+  int dev = 0, optin = 0;
+  M3_CUDA_CHECK(cudaGetDevice(&dev));
+  M3_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes fa{};
+  M3_CUDA_CHECK(cudaFuncGetAttributes(&fa, mono_kernel));
+  return optin - int(fa.sharedSizeBytes);
+}
+
+int kernel_ctas_per_sm(int smem) {
+  M3_CUDA_CHECK(cudaFuncSetAttribute(mono_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int n = 0;
+  M3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mono_kernel, kCtaThreads, size_t(smem)));
+  return n;
+}
+
+void launch_kernel(const KernelArgs& a, int grid, int smem, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(grid));
+  cfg.blockDim = dim3(unsigned(kCtaThreads));
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* args[] = {const_cast<KernelArgs*>(&a)};
+  const cudaError_t e = cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(mono_kernel), args);
+  M3_CHECK(e == cudaSuccess, "mono: cooperative launch of {} CTAs x {} threads ({} B shared memory) failed: {}", grid,
+           kCtaThreads, smem, cudaGetErrorString(e));
+  M3_LAUNCH_CHECK(stream);
+}
+
+}  // namespace m3::mono

@@ -1,0 +1,51 @@
+// The mono persistent kernel's interface (kernel.cu): one cooperative launch of `grid` CTAs of
+// kCtaThreads threads runs a task table (mono/task_table.h). CTA c walks its task list in order:
+// its thread 0 waits (acquire loads, bounded) until the op it depends on has completed `epoch`
+// times its items, the CTA synchronizes, the op's group (threads 0 .. op.threads - 1, named
+// barrier 1) runs the item, every thread fences its writes, the CTA synchronizes, thread 0 adds 1
+// to the op's counter (release). A wait past the watchdog records the task and the counter in the
+// error record (mapped host memory), raises the abort word, and every CTA stops at its next wait.
+#pragma once
+#include <cstdint>
+
+#include "mono/task_table.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace m3::mono {
+
+constexpr int kCtaThreads = 512;  // 16 warps: the widest op group (32 P, P <= 16)
+constexpr int kCounterStride = 16;  // uint64 per counter: one 128-byte line each
+
+struct MonoError {
+  int32_t code = 0;  // 0 none, 1 watchdog
+  int32_t cta = -1, task = -1, op = -1, wait_op = -1, layer = -1;
+  uint64_t target = 0, value = 0;
+};
+
+struct KernelArgs {
+  const MonoOp* ops = nullptr;
+  const MonoTask* tasks = nullptr;
+  const int32_t* cta_begin = nullptr;   // [grid + 1]
+  unsigned long long* counters = nullptr;  // [ops][kCounterStride]: completions of each op, over all epochs
+  unsigned long long* epochs = nullptr;    // [grid]: runs completed by each CTA
+  unsigned long long* seq = nullptr;       // serialized mode: tasks completed, over all epochs
+  uint32_t* abort = nullptr;
+  MonoError* error = nullptr;              // mapped host memory
+  int64_t num_tasks = 0;
+  uint64_t watchdog_ns = 0;
+  int serialized = 0;
+  int fault_op = -1;
+  // Optional: per task (its global order) three globaltimer stamps, ns: wait begins, item begins,
+  // item ends (written by the CTA's thread 0).
+  unsigned long long* trace = nullptr;
+};
+
+// The most dynamic shared memory one CTA of the kernel can have on the current device.
+int kernel_max_dynamic_smem();
+// CTAs of the kernel that fit on one SM with `smem` bytes of dynamic shared memory.
+int kernel_ctas_per_sm(int smem);
+// One cooperative launch (fails instead of hanging when the grid cannot be co-resident).
+void launch_kernel(const KernelArgs& a, int grid, int smem, cudaStream_t stream);
+
+}  // namespace m3::mono

@@ -1,0 +1,49 @@
+// The ops the mono kernel runs (the decode-bucket ops of a sparse MoE layer), one code per
+// instantiation of a native op struct (kernels/<op>.cuh), so the persistent kernel's switch
+// (mono/kernel.cu) and the host encoder (op_code.cpp) name the same set. An op of the plan with
+// no code here is a refusal naming the op.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "native/op_call.h"
+
+namespace m3::mono {
+
+enum class OpCode : uint8_t {
+  RmsNormRegs,
+  RmsNormStrided,
+  MmaDecodeFp8F32,  // the wide 1 x 1 tile, FP8 weights, fp32 activations (every M <= 8)
+  RopeFp8Fp8,       // K/V cache format, index-K cache format
+  RopeFp8Bf16,
+  RopeBf16Fp8,
+  RopeBf16Bf16,
+  IndexerScoresFp8,
+  IndexerScoresBf16,
+  IndexerTopk,
+  AttnSplitFp8D64,
+  AttnSplitFp8D128,
+  AttnSplitBf16D64,
+  AttnSplitBf16D128,
+  AttnCombine,
+  GemvF32M1,  // the router: F32 or BF16 weights, fp32 activations, 1 / 2 / 4 tokens per pass
+  GemvF32M2,
+  GemvF32M4,
+  GemvBf16M1,
+  GemvBf16M2,
+  GemvBf16M4,
+  MoeRoute,
+  MoeSplit,
+  MoeWideStaged3,
+  MoeWideRegs,
+  MoeCombine,
+  Count
+};
+
+const char* op_code_name(OpCode c);
+
+// The code of a plan op, or nullopt with *why set (what mono does not run).
+std::optional<OpCode> op_code(const native::OpCall& op, std::string* why);
+
+}  // namespace m3::mono

@@ -1,0 +1,108 @@
+// build_task_table / check_task_order (mono/task_table.h).
+#include "mono/task_table.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace m3::mono {
+
+TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int cta_threads, int cta_smem,
+                           std::vector<std::string>* why) {
+  TaskTable t;
+  const size_t refused = why ? why->size() : 0;
+  auto refuse = [&](std::string s) {
+    if (why) why->push_back(std::move(s));
+  };
+  if (grid <= 0 || cta_threads <= 0 || cta_threads % 32 != 0) {
+    refuse(fmt::format("mono: grid {} x {} threads", grid, cta_threads));
+    return {};
+  }
+  if (ops.empty()) {
+    refuse("mono: no ops in the layer range");
+    return {};
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const native::OpCall& c = ops[i];
+    std::string w;
+    const auto code = op_code(c, &w);
+    if (!code) {
+      refuse(w);
+      continue;
+    }
+    const kernels::WorkShape sh = native::op_shape(c);
+    MonoOp o;
+    o.code = uint8_t(*code);
+    o.threads = sh.threads;
+    o.smem = (sh.smem_bytes + 15) / 16 * 16;
+    int groups = sh.threads > 0 ? std::min(cta_threads / sh.threads, kMaxGroups) : 1;
+    if (o.smem > 0) groups = std::min(groups, cta_smem / o.smem);
+    o.groups = uint8_t(std::max(groups, 1));
+    if (o.smem > cta_smem)
+      refuse(fmt::format("layer {} op {}: {} B of shared memory, the CTA has {}", c.layer, c.name, o.smem, cta_smem));
+    o.items = sh.items;
+    o.layer = c.layer;
+    o.wait_op = int32_t(i) - 1;
+    if (sh.threads > cta_threads)
+      refuse(fmt::format("layer {} op {}: a group of {} threads, the CTA has {}", c.layer, c.name, sh.threads,
+                         cta_threads));
+    if (sh.items <= 0 || sh.items > INT32_MAX)
+      refuse(fmt::format("layer {} op {}: {} work items", c.layer, c.name, sh.items));
+    std::visit(
+        [&](const auto& p) {
+          static_assert(sizeof(p) <= kParamBytes, "op params larger than a MonoOp holds");
+          std::memcpy(o.params, &p, sizeof(p));
+        },
+        c.params);
+    o.first_task = int32_t(total);
+    total += sh.items;
+    t.max_threads = std::max(t.max_threads, o.threads);
+    t.max_smem = std::max(t.max_smem, o.smem * int(o.groups));
+    t.ops.push_back(o);
+  }
+  if (why && why->size() > refused) return {};
+  if (total > INT32_MAX) {
+    refuse(fmt::format("mono: {} tasks", total));
+    return {};
+  }
+  // item w of op i goes to CTA (first_task(i) + w) % grid: consecutive ops continue where the
+  // previous one ended, so the CTAs' loads stay even; each CTA's list is in global order.
+  std::vector<std::vector<MonoTask>> per(static_cast<size_t>(grid));
+  for (size_t i = 0; i < t.ops.size(); ++i)
+    for (int64_t w = 0; w < t.ops[i].items; ++w)
+      per[size_t((t.ops[i].first_task + w) % grid)].push_back(MonoTask{int32_t(i), int32_t(w)});
+  t.grid = grid;
+  t.cta_begin.push_back(0);
+  for (auto& l : per) {
+    t.tasks.insert(t.tasks.end(), l.begin(), l.end());
+    t.cta_begin.push_back(int32_t(t.tasks.size()));
+  }
+  return t;
+}
+
+std::string check_task_order(const TaskTable& t) {
+  if (t.cta_begin.size() != size_t(t.grid) + 1) return "cta_begin does not cover the grid";
+  std::vector<int64_t> seen(t.ops.size(), 0);
+  for (int c = 0; c < t.grid; ++c) {
+    int64_t prev = -1;
+    for (int32_t i = t.cta_begin[size_t(c)]; i < t.cta_begin[size_t(c + 1)]; ++i) {
+      const MonoTask& k = t.tasks[size_t(i)];
+      if (k.op < 0 || size_t(k.op) >= t.ops.size()) return fmt::format("CTA {} task {}: op {} out of range", c, i, k.op);
+      const MonoOp& o = t.ops[size_t(k.op)];
+      if (k.item < 0 || k.item >= o.items) return fmt::format("CTA {} task {}: item {} of {}", c, i, k.item, o.items);
+      const int64_t g = int64_t(o.first_task) + k.item;
+      if (g <= prev) return fmt::format("CTA {}: task {} (global {}) after global {}", c, i, g, prev);
+      prev = g;
+      if (o.wait_op >= k.op) return fmt::format("op {} waits for op {}, not an earlier one", k.op, o.wait_op);
+      if (o.wait_op >= 0 && t.ops[size_t(o.wait_op)].items <= 0)
+        return fmt::format("op {} waits for op {}, which has no items", k.op, o.wait_op);
+      ++seen[size_t(k.op)];
+    }
+  }
+  for (size_t i = 0; i < t.ops.size(); ++i)
+    if (seen[i] != t.ops[i].items) return fmt::format("op {}: {} of {} items assigned", i, seen[i], t.ops[i].items);
+  return "";
+}
+
+}  // namespace m3::mono

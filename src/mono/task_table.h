@@ -1,0 +1,69 @@
+// The mono kernel's program for one decode bucket (plain C++, built on the host, tested on the
+// CPU): the sparse layers' plan ops (native/layer_plan.h) as op records (op code, the group size
+// and shared memory of its WorkShape, its params bytes, the op it waits for), and every op's work
+// items distributed over the persistent CTAs as static per-CTA task lists.
+//
+// Order and dependencies (v0): the global order is (op, item) in plan order; op i's items wait
+// until every item of op i - 1 has completed (one counter per op; each op reads only what earlier
+// ops wrote, and op i - 1's completion implies all earlier ones'), so a CTA only ever waits for
+// tasks that come before its own in the global order; with every CTA resident (the cooperative
+// launch) no wait can deadlock. check_task_order() proves that on the built table. Serialized
+// (debug) mode: task g waits for task g - 1 instead (one at a time, the same bits).
+// Counters are epoch-based: the target of a wait is epoch x (the waited op's items), where the
+// epoch is the number of times the kernel ran (per-CTA, in device memory), so graph replays need
+// no reset.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mono/op_code.h"
+#include "native/op_call.h"
+
+namespace m3::mono {
+
+constexpr int kParamBytes = 256;  // the largest op params (static_assert in task_table.cpp)
+
+struct alignas(16) MonoOp {
+  uint8_t code = 0;          // OpCode
+  uint8_t groups = 1;        // items of this op one CTA runs side by side (groups of `threads`)
+  uint8_t pad0[2] = {};
+  int32_t threads = 0;       // the group that runs one item (the WorkShape's threads)
+  int32_t smem = 0;          // its shared memory (each group's slice, 16-byte aligned)
+  int32_t wait_op = -1;      // op whose items must all be done first (-1: none)
+  int64_t items = 0;
+  int32_t layer = -1;
+  int32_t first_task = 0;    // global order of its item 0 (serialized mode)
+  alignas(16) uint8_t params[kParamBytes] = {};
+};
+static_assert(sizeof(MonoOp) == 32 + kParamBytes, "MonoOp layout (the kernel reads it)");
+constexpr int kMaxGroups = 15;  // named barriers 1 .. 15 (barrier 0 is the CTA's)
+
+struct MonoTask {
+  int32_t op = 0;
+  int32_t item = 0;
+};
+
+struct TaskTable {
+  std::vector<MonoOp> ops;
+  std::vector<MonoTask> tasks;     // CTA c's tasks are [cta_begin[c], cta_begin[c + 1]), in global order
+  std::vector<int32_t> cta_begin;  // [grid + 1]
+  int grid = 0;
+  int max_threads = 0, max_smem = 0;
+  int64_t num_tasks() const { return int64_t(tasks.size()); }
+};
+
+// Builds the table of ops over `grid` CTAs of `cta_threads` threads and at most `cta_smem` bytes of
+// shared memory. An op whose groups are narrower than the CTA runs up to min(cta_threads / threads,
+// cta_smem / smem, kMaxGroups) items side by side (consecutive tasks of one op in a CTA's list).
+// Refusals (an op mono does not run, a group larger than the CTA or its shared memory, an item
+// count past int32) are appended to *why and the result is then empty.
+TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int cta_threads, int cta_smem,
+                           std::vector<std::string>* why);
+
+// "" when every task waits only for tasks earlier in the global order and every wait can be met
+// (its op has items), else the first violation.
+std::string check_task_order(const TaskTable& t);
+
+}  // namespace m3::mono

@@ -1,0 +1,269 @@
+// The host side of mono (src/mono, no GPU): the lifecycle state machine transition by transition,
+// the per-step rules, the static refusals with their reasons, the op codes of plan ops, and the task
+// tables: every item of every op assigned once, per-CTA lists in the global order, and a simulated
+// execution (random interleavings of the CTAs under the kernel's counter rule) that never deadlocks
+// and never starts a task before everything it depends on completed.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/check.h"
+#include "model/synthetic.h"
+#include "mono/eligibility.h"
+#include "mono/lifecycle.h"
+#include "mono/op_code.h"
+#include "mono/task_table.h"
+
+using namespace m3;
+using namespace m3::mono;
+
+namespace {
+
+uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
+
+StepBatch decode_batch(int rows, int q = 1) {
+  StepBatch b;
+  for (int i = 0; i < rows; ++i) b.seqs.push_back(SeqStep{10, std::vector<int32_t>(size_t(q), 1), {0}, false});
+  return b;
+}
+
+bool any_contains(const std::vector<std::string>& v, const std::string& s) {
+  for (const auto& x : v)
+    if (x.find(s) != std::string::npos) return true;
+  return false;
+}
+
+// A random op of a kind mono runs, with params whose shape gives `items` work items.
+native::OpCall random_op(std::mt19937_64& rng, int layer) {
+  native::OpCall c;
+  c.layer = layer;
+  c.stage = "test";
+  switch (rng() % 4) {
+    case 0: {
+      kernels::RmsNormParams p;
+      p.M = 1 + int(rng() % 4);
+      p.n = 64;
+      p.regs = int(rng() % 2);
+      c.kind = native::OpKind::RmsNorm;
+      c.name = "norm";
+      c.params = p;
+      break;
+    }
+    case 1: {
+      kernels::MmaLinearParams p;
+      p.N = 16 * (1 + int(rng() % 40));
+      p.K = 64 * (1 + int(rng() % 8));
+      p.M = 1 + int(rng() % 4);
+      p.chains = 1 + int(rng() % 16);
+      c.kind = native::OpKind::MmaLinear;
+      c.name = "mma";
+      c.params = p;
+      break;
+    }
+    case 2: {
+      kernels::MoeCombineParams p;
+      p.H = 256 * (1 + int(rng() % 6));
+      p.M = 1 + int(rng() % 4);
+      c.kind = native::OpKind::MoeCombine;
+      c.name = "combine";
+      c.params = p;
+      break;
+    }
+    default: {
+      kernels::AttentionParams p;
+      p.num_tokens = 1 + int(rng() % 4);
+      p.kv_heads = 1;
+      p.num_heads = 8;
+      p.head_dim = 128;
+      p.num_splits = 1 + int(rng() % 32);
+      c.kind = native::OpKind::AttentionSplit;
+      c.name = "attention";
+      c.params = p;
+      break;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST(MonoLifecycle, EveryTransition) {
+  Lifecycle l;
+  EXPECT_EQ(l.state(), State::Unbound);
+  EXPECT_EQ(l.usable(), "unbound");
+  EXPECT_THROW(l.ready(false), Error);  // no caches bound yet
+  l.bind();
+  EXPECT_EQ(l.state(), State::Bound);
+  EXPECT_EQ(l.generation(), 1u);
+  EXPECT_EQ(l.usable(), "");
+  EXPECT_THROW(l.ready(true), Error);  // never built inside a graph capture
+  EXPECT_EQ(l.state(), State::Bound);
+  l.ready(false);
+  EXPECT_EQ(l.state(), State::Ready);
+  l.ready(false);  // another bucket's tables
+  EXPECT_EQ(l.state(), State::Ready);
+  l.fail("watchdog");
+  EXPECT_EQ(l.state(), State::Broken);
+  EXPECT_EQ(l.usable(), "broken");
+  EXPECT_EQ(l.broken_reason(), "watchdog");
+  EXPECT_THROW(l.ready(false), Error);
+  l.bind();  // a new cache generation: usable again, no tables
+  EXPECT_EQ(l.state(), State::Bound);
+  EXPECT_EQ(l.generation(), 2u);
+  EXPECT_EQ(l.broken_reason(), "");
+  l.close();
+  EXPECT_EQ(l.state(), State::Closed);
+  EXPECT_EQ(l.usable(), "closed");
+  l.close();  // idempotent
+  EXPECT_EQ(l.state(), State::Closed);
+  l.fail("late");  // a closed runtime stays closed
+  EXPECT_EQ(l.state(), State::Closed);
+  EXPECT_THROW(l.bind(), Error);
+}
+
+TEST(MonoEligibility, StepRules) {
+  const StepRules r;  // 4 rows of 1 token
+  for (int n = 1; n <= 4; ++n) EXPECT_EQ(step_refusal(decode_batch(n), r), "") << n;
+  EXPECT_EQ(step_refusal(decode_batch(5), r), "batch_too_large");
+  EXPECT_EQ(step_refusal(decode_batch(2, 2), r), "prefill");
+  EXPECT_EQ(step_refusal(decode_batch(1), r, true), "traced");
+  EXPECT_EQ(step_refusal(StepBatch{}, r), "empty");
+  StepRules verify;
+  verify.max_query_len = 4;
+  StepBatch uneven = decode_batch(2, 2);
+  uneven.seqs[1].tokens.push_back(3);
+  EXPECT_EQ(step_refusal(uneven, verify), "uneven_query");
+  EXPECT_EQ(step_refusal(decode_batch(3, 4), verify), "");
+  EXPECT_EQ(step_refusal(decode_batch(3, 5), verify), "prefill");
+}
+
+TEST(MonoEligibility, StaticRefusalsNameTheirCause) {
+  const ModelSpec spec = synthetic_preset("real-heads");
+  int first = spec.num_layers;
+  while (first > 0 && spec.sparse(first - 1) && spec.moe(first - 1)) --first;
+  ASSERT_LT(first, spec.num_layers);
+  const PreparedLayout L = plan_prepared(spec);
+  const CacheFormat ok{DType::F8_E4M3, DType::F8_E4M3, spec.index_block};
+  EXPECT_TRUE(static_refusals(L, ok, first, spec.num_layers).empty());
+  EXPECT_TRUE(static_refusals(L, CacheFormat{DType::BF16, DType::BF16, spec.index_block}, first, spec.num_layers).empty());
+  auto r = static_refusals(L, CacheFormat{DType::F32, DType::F8_E4M3, spec.index_block}, first, spec.num_layers);
+  EXPECT_TRUE(any_contains(r, "K/V cache dtype F32")) << (r.empty() ? "" : r[0]);
+  r = static_refusals(L, CacheFormat{DType::F8_E4M3, DType::F8_E4M3, spec.index_block / 2}, first, spec.num_layers);
+  EXPECT_TRUE(any_contains(r, "block size"));
+  if (first > 0) {  // a dense layer in the range names itself
+    r = static_refusals(L, ok, first - 1, spec.num_layers);
+    EXPECT_TRUE(any_contains(r, fmt::format("layer {} layer: not a sparse MoE layer", first - 1))) << r[0];
+  }
+  EXPECT_FALSE(static_refusals(L, ok, spec.num_layers, spec.num_layers).empty());  // empty range
+  PrepareOptions tp2;
+  tp2.tp_size = 2;
+  r = static_refusals(plan_prepared(spec, tp2), ok, first, spec.num_layers);
+  EXPECT_TRUE(any_contains(r, "tensor parallelism: rank 0 of 2"));
+  PreparedLayout bad = L;
+  bad.layers[size_t(first)].router.dtype = DType::F8_E4M3;
+  bad.layers[size_t(first)].shared_in_slot = false;
+  r = static_refusals(bad, ok, first, spec.num_layers);
+  EXPECT_TRUE(any_contains(r, fmt::format("layer {} router: F8_E4M3", first)));
+  EXPECT_TRUE(any_contains(r, fmt::format("layer {} shared expert", first)));
+}
+
+TEST(MonoTaskTable, OpCodesAndRefusals) {
+  native::OpCall e;
+  e.kind = native::OpKind::Embed;
+  e.name = "embed";
+  e.params = kernels::EmbedParams{};
+  std::string why;
+  EXPECT_FALSE(op_code(e, &why).has_value());
+  EXPECT_NE(why.find("embed"), std::string::npos) << why;
+  native::OpCall m;
+  m.kind = native::OpKind::MmaLinear;
+  m.name = "qkv";
+  kernels::MmaLinearParams mp;
+  mp.N = 64;
+  mp.K = 64;
+  mp.M = 1;
+  m.params = mp;
+  EXPECT_EQ(op_code(m, &why), OpCode::MmaDecodeFp8F32);
+  mp.wfmt = kernels::WeightFmt::BF16;
+  m.params = mp;
+  EXPECT_FALSE(op_code(m, &why).has_value());
+  EXPECT_NE(why.find("FP8"), std::string::npos) << why;
+  mp.wfmt = kernels::WeightFmt::FP8;
+  mp.deep = 1;
+  m.params = mp;
+  EXPECT_FALSE(op_code(m, &why).has_value());
+  for (int c = 0; c < int(OpCode::Count); ++c) EXPECT_STRNE(op_code_name(OpCode(c)), "?");
+  // a table with an op mono does not run, and a group wider than the CTA, is refused with reasons
+  std::vector<std::string> reasons;
+  mp.deep = 0;
+  mp.chains = 16;  // 512 threads
+  m.params = mp;
+  std::vector<native::OpCall> ops{m, e};
+  TaskTable t = build_task_table(ops, 8, 256, 48 * 1024, &reasons);
+  EXPECT_TRUE(t.ops.empty());
+  EXPECT_TRUE(any_contains(reasons, "512 threads, the CTA has 256"));
+  EXPECT_TRUE(any_contains(reasons, "embed"));
+}
+
+TEST(MonoTaskTable, EveryItemOnceInGlobalOrderAndASimulatedRunNeverDeadlocks) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<native::OpCall> ops;
+    const int nops = 1 + int(rng() % 40);
+    for (int i = 0; i < nops; ++i) ops.push_back(random_op(rng, i / 5));
+    const int grid = 1 + int(rng() % 40);
+    std::vector<std::string> why;
+    const TaskTable t = build_task_table(ops, grid, 512, 96 * 1024, &why);
+    ASSERT_TRUE(why.empty()) << why[0];
+    ASSERT_EQ(check_task_order(t), "");
+    int64_t total = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      EXPECT_EQ(t.ops[i].items, native::op_shape(ops[i]).items);
+      // side-by-side groups fit the CTA's threads and shared memory
+      EXPECT_GE(t.ops[i].groups, 1);
+      EXPECT_LE(t.ops[i].groups * t.ops[i].threads, 512);
+      EXPECT_LE(t.ops[i].groups * t.ops[i].smem, 96 * 1024);
+      EXPECT_LE(t.ops[i].groups, kMaxGroups);
+      EXPECT_EQ(t.ops[i].first_task, total);
+      total += t.ops[i].items;
+    }
+    EXPECT_EQ(t.num_tasks(), total);
+    // simulate: CTAs advance in random order; a task may start only when its op's wait is met
+    std::vector<int64_t> done(t.ops.size(), 0);
+    std::vector<int32_t> at(static_cast<size_t>(grid));
+    for (int c = 0; c < grid; ++c) at[size_t(c)] = t.cta_begin[size_t(c)];
+    int64_t ran = 0;
+    for (;;) {
+      std::vector<int> ready;
+      for (int c = 0; c < grid; ++c) {
+        if (at[size_t(c)] == t.cta_begin[size_t(c + 1)]) continue;
+        const MonoOp& o = t.ops[size_t(t.tasks[size_t(at[size_t(c)])].op)];
+        if (o.wait_op < 0 || done[size_t(o.wait_op)] == t.ops[size_t(o.wait_op)].items) ready.push_back(c);
+      }
+      if (ready.empty()) break;
+      const int c = ready[rng() % ready.size()];
+      const MonoTask k = t.tasks[size_t(at[size_t(c)]++)];
+      for (int32_t j = 0; j < k.op; ++j)  // everything before it in the plan has completed
+        ASSERT_EQ(done[size_t(j)], t.ops[size_t(j)].items) << "op " << k.op << " started before op " << j << " ended";
+      ++done[size_t(k.op)];
+      ++ran;
+    }
+    ASSERT_EQ(ran, total) << "deadlock: " << ran << " of " << total << " tasks ran (grid " << grid << ")";
+  }
+  // a list out of the global order is caught
+  std::vector<native::OpCall> ops;
+  for (int i = 0; i < 6; ++i) ops.push_back(random_op(rng, 0));
+  TaskTable t = build_task_table(ops, 2, 512, 96 * 1024, nullptr);
+  ASSERT_GE(t.cta_begin[1] - t.cta_begin[0], 2);
+  std::swap(t.tasks[0], t.tasks[1]);
+  EXPECT_NE(check_task_order(t), "");
+  t = build_task_table(ops, 2, 512, 96 * 1024, nullptr);
+  t.ops[3].wait_op = 4;  // waits for a later op
+  EXPECT_NE(check_task_order(t), "");
+  t = build_task_table(ops, 2, 512, 96 * 1024, nullptr);
+  t.tasks.pop_back();
+  t.cta_begin.back()--;
+  EXPECT_NE(check_task_order(t), "");  // an item left out
+}

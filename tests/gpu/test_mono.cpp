@@ -1,0 +1,209 @@
+// The mono path (src/mono) against native on identical weights and caches: every logits row
+// bitwise equal (mono v0 runs the native plan's own op params through the same device functions,
+// so any difference is a bug: a missed dependency, a stale read, a wrong group), over teacher-forced
+// decode steps at batches 1-4 and contexts below and above the sparse window, FP8 and BF16
+// caches, graphs on and off, and the serialized debug mode; the watchdog: an unreachable counter
+// target stops the kernel, the error names the task, native re-runs the step and later steps are
+// refused ("broken"); creation allocates only tables, counters and the error record.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "mono/mono.h"
+#include "native/forward_model.h"
+#include "test_cuda_backend_util.h"
+
+using namespace m3;
+using namespace m3::test;
+
+namespace {
+
+std::unique_ptr<native::CudaBackend> with_mono(const PreparedModel& m, native::CudaBackendOptions o,
+                                               const mono::MonoOptions& mo) {
+  auto be = native::make_cuda_backend(m.pw, o);
+  auto r = mono::create(be->model(), mo);
+  if (auto* refusal = std::get_if<mono::Refusal>(&r)) ADD_FAILURE() << refusal->text();
+  else be->add_layer_range_runner(std::move(std::get<std::unique_ptr<mono::MonoRunner>>(r)));
+  return be;
+}
+
+struct Seq {
+  std::vector<int32_t> toks, table;
+  int done = 0;  // tokens in the caches
+};
+
+// Prefills every sequence natively on both backends, then `steps` decode steps whose batches are
+// random subsets of 1 .. 4 sequences, fed the native backend's greedy tokens (teacher forcing);
+// every logits row compared bitwise. Returns the rows compared; counts the mono steps.
+size_t compare(const PreparedModel& m, native::CudaBackend& nat, native::CudaBackend& mon, std::vector<Seq>& seqs,
+               int steps, std::mt19937_64& rng, int* mono_steps, const char* what) {
+  const int V = m.spec.vocab_size;
+  size_t rows = 0;
+  auto both = [&](const StepBatch& b, bool expect_mono) {
+    const StepOutput a = nat.step(b), c = mon.step(b);
+    if (expect_mono) {
+      EXPECT_EQ(c.path, "mono") << what << ": " << c.fallback_reason;
+    }
+    if (c.path == "mono") ++*mono_steps;
+    EXPECT_EQ(a.logits.size(), c.logits.size());
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < std::min(a.logits.size(), c.logits.size()); ++i)
+      if (std::memcmp(&a.logits[i], &c.logits[i], 4) != 0) first = differ++ ? first : i;
+    EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << a.logits.size() << " logits differ (batch of "
+                          << b.seqs.size() << ", path " << c.path << "), first row " << first / size_t(V) << " column "
+                          << first % size_t(V) << ": native " << a.logits[first] << " mono " << c.logits[first];
+    rows += a.logits.size() / size_t(V);
+    return a;
+  };
+  for (auto& s : seqs) {  // prefill: native on both (mono refuses "prefill")
+    StepBatch b;
+    b.seqs.push_back(SeqStep{0, s.toks, s.table, false});
+    const StepOutput a = both(b, false);
+    s.done = int(s.toks.size());
+    const float* row = a.row(0);
+    s.toks.push_back(int32_t(std::max_element(row, row + V) - row));
+  }
+  for (int st = 0; st < steps; ++st) {
+    std::vector<int> who(seqs.size());
+    std::iota(who.begin(), who.end(), 0);
+    std::shuffle(who.begin(), who.end(), rng);
+    who.resize(size_t(1 + rng() % std::min<size_t>(4, seqs.size())));
+    StepBatch b;
+    for (int i : who) b.seqs.push_back(SeqStep{seqs[size_t(i)].done, {seqs[size_t(i)].toks.back()}, seqs[size_t(i)].table, false});
+    const StepOutput a = both(b, true);
+    for (size_t j = 0; j < who.size(); ++j) {
+      Seq& s = seqs[size_t(who[j])];
+      s.done += 1;
+      const float* row = a.row(int(j));
+      s.toks.push_back(int32_t(std::max_element(row, row + V) - row));
+    }
+  }
+  return rows;
+}
+
+void run_model(const char* name, const PreparedModel& m, const std::vector<int>& prompts, int steps, uint64_t seed) {
+  const int bs = m.spec.index_block, V = m.spec.vocab_size;
+  int longest = 0;
+  for (int p : prompts) longest = std::max(longest, p);
+  const int per = (longest + steps + 8 + bs - 1) / bs;
+  for (DType cache : {DType::F8_E4M3, DType::BF16})
+    for (bool graphs : {true, false})
+      for (bool serialized : {false, true}) {
+        if (serialized && (graphs || cache == DType::BF16)) continue;  // the debug mode once per model
+        std::mt19937_64 rng(seed);
+        std::vector<Seq> seqs(prompts.size());
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          for (int t = 0; t < prompts[i]; ++t) seqs[i].toks.push_back(int32_t(rng() % unsigned(V)));
+          for (int b = 0; b < per; ++b) seqs[i].table.push_back(int32_t(i * per + b));
+        }
+        native::CudaBackendOptions o;
+        o.num_cache_blocks = int(seqs.size()) * per;
+        o.kv_dtype = o.ik_dtype = cache;
+        o.cuda_graphs = graphs;
+        mono::MonoOptions mo;
+        mo.serialized = serialized;
+        auto nat = native::make_cuda_backend(m.pw, o);
+        auto mon = with_mono(m, o, mo);
+        for (auto* b : {nat.get(), mon.get()}) b->kv_cache().fill(0x7f, nullptr);  // NaN poison
+        M3_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::string what = fmt::format("{} {} caches, graphs {}, serialized {}", name,
+                                             cache == DType::BF16 ? "bf16" : "fp8", graphs, serialized);
+        int mono_steps = 0;
+        const size_t rows = compare(m, *nat, *mon, seqs, steps, rng, &mono_steps, what.c_str());
+        EXPECT_EQ(mono_steps, steps) << what;
+        const Dispatcher& d = mon->dispatcher();
+        EXPECT_EQ(d.steps_by_path().at("mono"), uint64_t(steps)) << what;
+        EXPECT_EQ(d.fallbacks().at("mono:prefill"), uint64_t(prompts.size())) << what;
+        std::printf("  [mono %s] %zu logits rows compared bitwise over %d mono steps; graph replays %lld\n",
+                    what.c_str(), rows, mono_steps, (long long)mon->stats().graph_replays);
+      }
+}
+
+}  // namespace
+
+TEST(GpuMono, TinyM3aBitwiseEqualsNative) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const PreparedModel m = prepare_from_dir(test_data_dir() / "tiny-m3-a");
+  // sparse window: 4 blocks of 16; prompts below, at and far above it
+  run_model("tiny-m3-a", m, {5, 60, 300, 170}, 40, seed);
+}
+
+TEST(GpuMono, RealHeadsBitwiseEqualsNative) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const ModelSpec spec = synthetic_preset("real-heads");
+  SyntheticOptions so;
+  so.seed = seed;
+  const PreparedModel m = prepare_from_memory(spec, synthetic_weights(spec, so));
+  // sparse window: 16 blocks of 128 = 2048 keys; prompts below and above it
+  run_model("real-heads", m, {100, 2200, 700, 2500}, 24, seed);
+}
+
+TEST(GpuMono, WatchdogStopsAFaultAndNativeRerunsTheStep) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const ModelSpec spec = synthetic_preset("tiny");
+  SyntheticOptions so;
+  so.seed = seed;
+  const PreparedModel m = prepare_from_memory(spec, synthetic_weights(spec, so));
+  native::CudaBackendOptions o;
+  o.num_cache_blocks = 16;
+  mono::MonoOptions mo;
+  mo.fault_op = 5;  // its wait can never be met
+  mo.watchdog_ms = 20;
+  auto nat = native::make_cuda_backend(m.pw, o);
+  auto mon = with_mono(m, o, mo);
+  std::vector<int32_t> table{0, 1, 2, 3};
+  std::vector<int32_t> prompt{3, 1, 4, 1, 5, 9, 2, 6};
+  for (auto* b : {nat.get(), mon.get()}) b->step(StepBatch{{SeqStep{0, prompt, table, false}}});
+  for (int k = 0; k < 2; ++k) {
+    StepBatch d{{SeqStep{int32_t(prompt.size()) + k, {7}, table, false}}};
+    const StepOutput a = nat->step(d);
+    const StepOutput c = mon->step(d);
+    EXPECT_EQ(c.path, "native");
+    EXPECT_EQ(c.fallback_reason, k == 0 ? "mono:fault" : "mono:broken");
+    ASSERT_EQ(a.logits.size(), c.logits.size());
+    EXPECT_EQ(std::memcmp(a.logits.data(), c.logits.data(), a.logits.size() * 4), 0) << "the native re-run differs";
+  }
+  const Dispatcher& d = mon->dispatcher();
+  EXPECT_EQ(d.fallbacks().at("mono:fault"), 1u);
+  EXPECT_EQ(d.fallbacks().at("mono:broken"), 1u);
+  EXPECT_EQ(d.steps_by_path().count("mono") ? d.steps_by_path().at("mono") : 0u, 0u);
+}
+
+TEST(GpuMono, CreationAllocatesOnlyItsTables) {
+  const uint64_t seed = model_test_seed();
+  const ModelSpec spec = synthetic_preset("real-heads");
+  SyntheticOptions so;
+  so.seed = seed;
+  const PreparedModel m = prepare_from_memory(spec, synthetic_weights(spec, so));
+  native::CudaBackendOptions o;
+  o.num_cache_blocks = 40;
+  auto be = native::make_cuda_backend(m.pw, o);
+  std::vector<int32_t> table(20);
+  std::iota(table.begin(), table.end(), 0);
+  be->step(StepBatch{{SeqStep{0, std::vector<int32_t>(300, 5), table, false}}});
+  M3_CUDA_CHECK(cudaDeviceSynchronize());
+  size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+  M3_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  auto r = mono::create(be->model(), mono::MonoOptions{});
+  ASSERT_TRUE(std::holds_alternative<std::unique_ptr<mono::MonoRunner>>(r));
+  auto& runner = std::get<std::unique_ptr<mono::MonoRunner>>(r);
+  const std::string desc0 = runner->describe();
+  be->add_layer_range_runner(std::move(runner));
+  M3_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+  const StepOutput out = be->step(StepBatch{{SeqStep{300, {7}, table, false}}});
+  EXPECT_EQ(out.path, "mono");
+  M3_CUDA_CHECK(cudaDeviceSynchronize());
+  M3_CUDA_CHECK(cudaMemGetInfo(&free2, &total));
+  // weights arena of this model: mono must not come near it (tables of ~1000 ops x 288 B, tasks,
+  // counters; the driver allocates in 2 MB pages)
+  const double created = double(free0) - double(free1), first_step = double(free1) - double(free2);
+  std::printf("  [mono] create: %.1f MB, first step (tables + graph): %.1f MB; weights arena %.1f MB; %s\n",
+              created / 1e6, first_step / 1e6, double(m.pw->device_bytes()) / 1e6, desc0.c_str());
+  EXPECT_LT(created, 8e6);
+  EXPECT_LT(first_step, 64e6);
+  EXPECT_LT(created + first_step, 0.5 * double(m.pw->device_bytes()));
+}
