@@ -19,6 +19,13 @@ using namespace m3::test;
 
 namespace {
 
+PreparedModel synthetic_model(const char* preset, uint64_t seed) {
+  const ModelSpec spec = synthetic_preset(preset);
+  SyntheticOptions so;
+  so.seed = seed;
+  return prepare_from_memory(spec, synthetic_weights(spec, so));
+}
+
 std::unique_ptr<native::CudaBackend> with_mono(const PreparedModel& m, native::CudaBackendOptions o,
                                                const mono::MonoOptions& mo) {
   auto be = native::make_cuda_backend(m.pw, o);
@@ -133,10 +140,7 @@ TEST(GpuMono, TinyM3aBitwiseEqualsNative) {
 TEST(GpuMono, RealHeadsBitwiseEqualsNative) {
   const uint64_t seed = model_test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const ModelSpec spec = synthetic_preset("real-heads");
-  SyntheticOptions so;
-  so.seed = seed;
-  const PreparedModel m = prepare_from_memory(spec, synthetic_weights(spec, so));
+  const PreparedModel m = synthetic_model("real-heads", seed);
   // sparse window: 16 blocks of 128 = 2048 keys; prompts below and above it
   run_model("real-heads", m, {100, 2200, 700, 2500}, 24, seed);
 }
@@ -144,10 +148,7 @@ TEST(GpuMono, RealHeadsBitwiseEqualsNative) {
 TEST(GpuMono, WatchdogStopsAFaultAndNativeRerunsTheStep) {
   const uint64_t seed = model_test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const ModelSpec spec = synthetic_preset("tiny");
-  SyntheticOptions so;
-  so.seed = seed;
-  const PreparedModel m = prepare_from_memory(spec, synthetic_weights(spec, so));
+  const PreparedModel m = synthetic_model("tiny", seed);
   native::CudaBackendOptions o;
   o.num_cache_blocks = 16;
   mono::MonoOptions mo;
@@ -175,10 +176,7 @@ TEST(GpuMono, WatchdogStopsAFaultAndNativeRerunsTheStep) {
 
 TEST(GpuMono, CreationAllocatesOnlyItsTables) {
   const uint64_t seed = model_test_seed();
-  const ModelSpec spec = synthetic_preset("real-heads");
-  SyntheticOptions so;
-  so.seed = seed;
-  const PreparedModel m = prepare_from_memory(spec, synthetic_weights(spec, so));
+  const PreparedModel m = synthetic_model("real-heads", seed);
   native::CudaBackendOptions o;
   o.num_cache_blocks = 40;
   auto be = native::make_cuda_backend(m.pw, o);

@@ -34,42 +34,43 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-// The params are copied out of the table first: a private copy cannot alias the op's outputs, so
-// the compiler keeps its fields in registers instead of re-reading global memory after every store.
+// params: the task's params, staged in shared memory while thread 0 waited; copied again into a
+// private value, which cannot alias the op's outputs, so the compiler keeps its fields in
+// registers instead of re-reading them after every store.
 template <class Op>
-__device__ __forceinline__ void run(const MonoOp& op, int64_t item, Group g, uint8_t* smem) {
-  const typename Op::Params p = *reinterpret_cast<const typename Op::Params*>(op.params);
+__device__ __forceinline__ void run(const uint8_t* params, int64_t item, Group g, uint8_t* smem) {
+  const typename Op::Params p = *reinterpret_cast<const typename Op::Params*>(params);
   Op::run(p, item, g, smem);
 }
 
-__device__ void run_op(const MonoOp& op, int64_t item, Group g, uint8_t* smem) {
-  switch (OpCode(op.code)) {
-    case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(op, item, g, smem);
-    case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(op, item, g, smem);
-    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(op, item, g, smem);
-    case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(op, item, g, smem);
-    case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(op, item, g, smem);
-    case OpCode::RopeBf16Fp8: return run<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(op, item, g, smem);
-    case OpCode::RopeBf16Bf16: return run<QkNormRopeCacheOp<CacheBf16, CacheBf16>>(op, item, g, smem);
-    case OpCode::IndexerScoresFp8: return run<IndexerScoresOp<CacheFp8>>(op, item, g, smem);
-    case OpCode::IndexerScoresBf16: return run<IndexerScoresOp<CacheBf16>>(op, item, g, smem);
-    case OpCode::IndexerTopk: return run<IndexerTopkOp>(op, item, g, smem);
-    case OpCode::AttnSplitFp8D64: return run<AttentionSplitOp<CacheFp8, 64>>(op, item, g, smem);
-    case OpCode::AttnSplitFp8D128: return run<AttentionSplitOp<CacheFp8, 128>>(op, item, g, smem);
-    case OpCode::AttnSplitBf16D64: return run<AttentionSplitOp<CacheBf16, 64>>(op, item, g, smem);
-    case OpCode::AttnSplitBf16D128: return run<AttentionSplitOp<CacheBf16, 128>>(op, item, g, smem);
-    case OpCode::AttnCombine: return run<AttentionCombineOp>(op, item, g, smem);
-    case OpCode::GemvF32M1: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 1>>(op, item, g, smem);
-    case OpCode::GemvF32M2: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 2>>(op, item, g, smem);
-    case OpCode::GemvF32M4: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 4>>(op, item, g, smem);
-    case OpCode::GemvBf16M1: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 1>>(op, item, g, smem);
-    case OpCode::GemvBf16M2: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 2>>(op, item, g, smem);
-    case OpCode::GemvBf16M4: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 4>>(op, item, g, smem);
-    case OpCode::MoeRoute: return run<MoeRouteOp>(op, item, g, smem);
-    case OpCode::MoeSplit: return run<MoeSplitOp>(op, item, g, smem);
-    case OpCode::MoeWideStaged3: return run<MoeWideOp<3>>(op, item, g, smem);
-    case OpCode::MoeWideRegs: return run<MoeWideOp<0>>(op, item, g, smem);
-    case OpCode::MoeCombine: return run<MoeCombineOp>(op, item, g, smem);
+__device__ void run_op(OpCode code, const uint8_t* params, int64_t item, Group g, uint8_t* smem) {
+  switch (code) {
+    case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(params, item, g, smem);
+    case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(params, item, g, smem);
+    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(params, item, g, smem);
+    case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(params, item, g, smem);
+    case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(params, item, g, smem);
+    case OpCode::RopeBf16Fp8: return run<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(params, item, g, smem);
+    case OpCode::RopeBf16Bf16: return run<QkNormRopeCacheOp<CacheBf16, CacheBf16>>(params, item, g, smem);
+    case OpCode::IndexerScoresFp8: return run<IndexerScoresOp<CacheFp8>>(params, item, g, smem);
+    case OpCode::IndexerScoresBf16: return run<IndexerScoresOp<CacheBf16>>(params, item, g, smem);
+    case OpCode::IndexerTopk: return run<IndexerTopkOp>(params, item, g, smem);
+    case OpCode::AttnSplitFp8D64: return run<AttentionSplitOp<CacheFp8, 64>>(params, item, g, smem);
+    case OpCode::AttnSplitFp8D128: return run<AttentionSplitOp<CacheFp8, 128>>(params, item, g, smem);
+    case OpCode::AttnSplitBf16D64: return run<AttentionSplitOp<CacheBf16, 64>>(params, item, g, smem);
+    case OpCode::AttnSplitBf16D128: return run<AttentionSplitOp<CacheBf16, 128>>(params, item, g, smem);
+    case OpCode::AttnCombine: return run<AttentionCombineOp>(params, item, g, smem);
+    case OpCode::GemvF32M1: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 1>>(params, item, g, smem);
+    case OpCode::GemvF32M2: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 2>>(params, item, g, smem);
+    case OpCode::GemvF32M4: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 4>>(params, item, g, smem);
+    case OpCode::GemvBf16M1: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 1>>(params, item, g, smem);
+    case OpCode::GemvBf16M2: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 2>>(params, item, g, smem);
+    case OpCode::GemvBf16M4: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 4>>(params, item, g, smem);
+    case OpCode::MoeRoute: return run<MoeRouteOp>(params, item, g, smem);
+    case OpCode::MoeSplit: return run<MoeSplitOp>(params, item, g, smem);
+    case OpCode::MoeWideStaged3: return run<MoeWideOp<3>>(params, item, g, smem);
+    case OpCode::MoeWideRegs: return run<MoeWideOp<0>>(params, item, g, smem);
+    case OpCode::MoeCombine: return run<MoeCombineOp>(params, item, g, smem);
     default: __trap();
   }
 }
@@ -117,6 +118,7 @@ __device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index
 
 __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ __align__(16) uint8_t params_s[kParamBytes];
   __shared__ int go;
   const int cta = int(blockIdx.x), tid = int(threadIdx.x);
   const uint64_t epoch = a.epochs[cta] + 1;  // every CTA ran the kernel as often: the same value
@@ -130,6 +132,9 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
     int n = 1;
     if (!a.serialized)
       while (n < op.groups && i + n < end && a.tasks[i + n].op == t.op) ++n;
+    // the params do not depend on the wait: warp 1 stages them while thread 0 polls
+    if (tid >= 32 && tid < 32 + kParamBytes / 16)
+      reinterpret_cast<uint4*>(params_s)[tid - 32] = reinterpret_cast<const uint4*>(op.params)[tid - 32];
     if (tid == 0) {
       if (a.trace)
         for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item)] = global_ns();
@@ -144,10 +149,13 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
     }
     const int g = tid / op.threads;
     if (g < n)
-      run_op(op, a.tasks[i + g].item, Group{tid - g * op.threads, op.threads, 1 + g}, smem + size_t(g) * op.smem);
-    __threadfence();  // this thread's outputs are visible GPU-wide before the counter moves
+      run_op(OpCode(op.code), params_s, a.tasks[i + g].item, Group{tid - g * op.threads, op.threads, 1 + g},
+             smem + size_t(g) * op.smem);
     __syncthreads();
     if (tid == 0) {
+      // the CTA's outputs (ordered before the barrier) are visible GPU-wide before the counter
+      // moves: the barrier, then one fence and the release add (as cooperative groups' grid sync)
+      __threadfence();
       if (a.trace)
         for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item) + 2] = global_ns();
       red_release_add(a.counters + size_t(t.op) * kCounterStride, (unsigned long long)n);
