@@ -27,10 +27,16 @@ std::vector<std::pair<std::string, StepRunnerFactory>>& registry() {
   return r;
 }
 
-class StreamRunner final : public StepRunner {
+// The step's bytes as plain-read segment lists (stream: one list per op; flat: one list for the
+// sparse layer range, one for the rest).
+class ReadRunner final : public StepRunner {
  public:
-  explicit StreamRunner(const StepEnv& env) : env_(env) {}
-  std::string name() const override { return "stream"; }
+  ReadRunner(const StepEnv& env, bool flat) : env_(env), flat_(flat) {
+    const ModelSpec& sp = *env.spec;
+    sparse_first_ = sp.num_layers;
+    while (sparse_first_ > 0 && sp.sparse(sparse_first_ - 1) && sp.moe(sparse_first_ - 1)) --sparse_first_;
+  }
+  std::string name() const override { return flat_ ? "flat" : "stream"; }
 
   void setup(const BenchCase& c, cudaStream_t s) override {
     reader_.clear();
@@ -38,11 +44,12 @@ class StreamRunner final : public StepRunner {
     const auto& sh = env_.cache->shape();
     const int rows = c.is_prefill() ? 1 : c.batch;
     const int64_t w = blocks_per_row(c, sh.block_size);
-    M3_CHECK(int64_t(rows) * w <= sh.num_blocks, "bench stream: {} needs {} cache blocks, the cache has {}",
+    M3_CHECK(int64_t(rows) * w <= sh.num_blocks, "bench {}: {} needs {} cache blocks, the cache has {}", name(),
              c.label(), int64_t(rows) * w, sh.num_blocks);
     const CacheBytes cb = cache_bytes_per_token(*env_.layout, env_.bytes_opt);
     bytes_ = 0;
     lists_.clear();
+    std::vector<ReadSeg> sparse, other;
     for (const StepOp& op : ops_) {
       std::vector<ReadSeg> segs;
       for (const Region& r : op.regions) {
@@ -56,17 +63,36 @@ class StreamRunner final : public StepRunner {
         const uint8_t* base = static_cast<const uint8_t*>(r.space == Space::KCache   ? v.k
                                                           : r.space == Space::VCache ? v.v
                                                                                      : v.ik);
-        M3_CHECK(base != nullptr, "bench stream: layer {} has no such cache", r.layer);
+        M3_CHECK(base != nullptr, "bench {}: layer {} has no such cache", name(), r.layer);
         segs.push_back(ReadSeg{base + int64_t(double(slot) * per), uint64_t(double(r.count) * per)});
       }
-      lists_.push_back(reader_.add(segs));
-      bytes_ += double(reader_.bytes(lists_.back()));
+      if (!flat_) {
+        lists_.push_back(reader_.add(segs));
+        bytes_ += double(reader_.bytes(lists_.back()));
+      } else {
+        auto& to = op.layer >= sparse_first_ ? sparse : other;
+        to.insert(to.end(), segs.begin(), segs.end());
+      }
+    }
+    if (flat_) {
+      for (const auto* l : {&other, &sparse}) {
+        lists_.push_back(reader_.add(*l));
+        bytes_ += double(reader_.bytes(lists_.back()));
+      }
+      sparse_mb_ = double(reader_.bytes(lists_[1])) / 1e6;
     }
     enqueue(s, nullptr);
     M3_CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
   void enqueue(cudaStream_t s, OpRecorder* rec) override {
+    if (flat_) {
+      if (rec) rec->mark(s, "flat_other", -1);
+      reader_.read(lists_[0], s);
+      if (rec) rec->mark(s, "flat_sparse", -1);
+      reader_.read(lists_[1], s);
+      return;
+    }
     for (size_t i = 0; i < ops_.size(); ++i) {
       if (rec) rec->mark(s, ops_[i].op.c_str(), ops_[i].layer);
       reader_.read(lists_[i], s);
@@ -74,11 +100,19 @@ class StreamRunner final : public StepRunner {
   }
   double path_bytes() const override { return bytes_; }
   std::string note() const override {
+    if (flat_)
+      return fmt::format("plain cold read of the step's bytes in two launches: flat_other (embedding, dense layers, "
+                         "lm_head) and flat_sparse (the {} MB of layers {} ..: what a fused sparse range could reach at "
+                         "best)",
+                         sparse_mb_, sparse_first_);
     return "plain cold read of the step's bytes, one launch per op (experts: a random set of round(expected) slots)";
   }
 
  private:
   StepEnv env_;
+  bool flat_;
+  int sparse_first_ = 0;
+  double sparse_mb_ = 0;
   SegmentReader reader_;
   std::vector<StepOp> ops_;
   std::vector<int> lists_;
@@ -110,10 +144,11 @@ StepRunnerFactory step_path(const std::string& name) {
   M3_FAIL("bench: path '{}' is not available in this build (known: {})", name, known);
 }
 
-std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env) { return std::make_unique<StreamRunner>(env); }
+std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env) { return std::make_unique<ReadRunner>(env, false); }
 
 void register_builtin_paths() {
   register_step_path("stream", make_stream_runner);
+  register_step_path("flat", [](const StepEnv& env) { return std::make_unique<ReadRunner>(env, true); });
   register_step_path("native", make_native_runner);
   register_step_path("mono", make_mono_runner);
 }

@@ -82,7 +82,7 @@ class StepRunner {
 };
 
 using StepRunnerFactory = std::function<std::unique_ptr<StepRunner>(const StepEnv&)>;
-// Paths by name: register_builtin_paths() registers "stream", "native" and "mono".
+// Paths by name: register_builtin_paths() registers "stream", "flat", "native" and "mono".
 void register_step_path(const std::string& name, StepRunnerFactory f);
 std::vector<std::string> step_path_names();
 StepRunnerFactory step_path(const std::string& name);  // throws listing the known names
@@ -92,6 +92,8 @@ void register_builtin_paths();
 // (step_ops regions), one launch per op, in step order. Its time is the empirical floor
 // of a step issued as separate kernels (each starts cold and ramps up).
 std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env);
+// The "flat" path: the same bytes in two launches, the sparse layer range's in one (flat_sparse: the
+// best a fused sparse range can do, mono's yardstick) and the rest in the other (flat_other).
 
 // The "native" path: the native forward (native/forward.h) over env.weights and env.cache, the
 // plans CudaBackend executes (native_runner.cpp). Decode: the bucket plan (what CudaBackend replays
