@@ -189,9 +189,19 @@ class CudaBackendImpl final : public CudaBackend {
         run_chunked(batch, seqs, host_logits, rec.get(), r);
       }
     };
-    run(choice.path, runner);
+    std::string err;
+    if (!runner) {
+      run(choice.path, nullptr);
+    } else {
+      try {
+        run(choice.path, runner);
+        err = runner->take_error();
+      } catch (const Error& e) {  // e.g. a refusal found when its tables were built: the runner is broken now
+        M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        err = e.what();
+      }
+    }
     if (runner) {
-      const std::string err = runner->take_error();
       if (!err.empty()) {  // the runner failed this step: native re-runs all of it (same slots, same values)
         fmt::print(stderr, "cuda backend: path {} failed a step, re-running it natively: {}\n", choice.name, err);
         dispatcher_.count_failure(choice.name, "fault");

@@ -55,7 +55,15 @@ class Runner final : public MonoRunner {
 
   void run_layers(const native::LayerPlan& plan, native::LayerRange range, cudaStream_t stream) override {
     M3_CHECK(life_.usable().empty(), "mono: run_layers in state {}", state_name(life_.state()));
-    const Program& p = program(plan, range, stream);
+    try {
+      launch(program(plan, range, stream), stream);
+    } catch (const Error& e) {
+      life_.fail(e.what());  // every later step is refused ("broken"); the backend re-runs this one natively
+      throw;
+    }
+  }
+
+  void launch(const Program& p, cudaStream_t stream) {
     KernelArgs a;
     a.ops = p.ops.get<MonoOp>();
     a.tasks = p.tasks.get<MonoTask>();
@@ -75,7 +83,7 @@ class Runner final : public MonoRunner {
   }
 
   std::string take_error() override {
-    if (error_host_->code == 0) return "";
+    if (!error_host_ || error_host_->code == 0) return "";
     const MonoError e = *error_host_;
     std::string what = fmt::format(
         "mono watchdog: CTA {} task {} (op {} '{}' of layer {}) waited over {} ms on {} {} for {} (it held {})", e.cta,
