@@ -112,6 +112,10 @@ std::vector<int32_t> token_list(const json& arr, const std::string& name, const 
 }
 
 CompletionParams parse(std::string_view body, const ApiLimits& lim) {
+  if (body.size() > lim.max_body_bytes) throw Bad{body_too_large_error(lim.max_body_bytes)};
+  if (json_nesting_depth(body, lim.max_json_depth) > lim.max_json_depth)
+    bad("", fmt::format("the request body is nested deeper than {} levels of arrays and objects", lim.max_json_depth),
+        "json_too_deep");
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad("", "the request body is not valid JSON", "invalid_json");
   if (!j.is_object()) bad("", fmt::format("the request body must be a JSON object, got {}", type_name(j)));
@@ -256,6 +260,37 @@ json usage_json(const Usage& u) {
 
 }  // namespace
 
+ApiError body_too_large_error(size_t max_body_bytes) {
+  return ApiError{413, fmt::format("the request body exceeds this server's limit of {} bytes", max_body_bytes),
+                  "invalid_request_error", "", "body_too_large"};
+}
+
+int json_nesting_depth(std::string_view text, int stop_above) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    switch (c) {
+      case '"': in_string = true; break;
+      case '[':
+      case '{':
+        if (++depth > deepest && (deepest = depth) > stop_above) return deepest;
+        break;
+      case ']':
+      case '}':
+        if (depth > 0) --depth;
+        break;
+      default: break;
+    }
+  }
+  return deepest;
+}
+
 std::optional<CompletionParams> parse_completion_request(std::string_view body, const ApiLimits& lim, ApiError& err) {
   try {
     return parse(body, lim);
@@ -264,6 +299,9 @@ std::optional<CompletionParams> parse_completion_request(std::string_view body, 
     return std::nullopt;
   } catch (const std::exception& e) {  // e.g. a JSON type error this parser did not foresee
     err = ApiError{400, std::string("invalid request: ") + e.what(), "invalid_request_error", "", ""};
+    return std::nullopt;
+  } catch (...) {
+    err = ApiError{400, "invalid request", "invalid_request_error", "", ""};
     return std::nullopt;
   }
 }

@@ -175,6 +175,42 @@ TEST(CompletionApi, GoodInputsBecomeEngineRequests) {
   EXPECT_TRUE(parse_completion_request(j.dump(), limits(), e)) << e.message;
 }
 
+// Sizes and nesting are capped before the body is parsed: a body over max_body_bytes is 413, one
+// nested deeper than max_json_depth is 400, whatever follows (even invalid JSON).
+TEST(CompletionApi, SizeAndNestingAreCheckedBeforeParsing) {
+  ApiLimits l = limits();
+  l.max_body_bytes = 200;
+  l.max_json_depth = 4;
+  ApiError e;
+  const std::string ok = R"({"model":"tiny","prompt":[[1,2]],"x":[{"y":[]}]})";  // depth 4
+  ASSERT_TRUE(parse_completion_request(ok, l, e)) << e.message;
+  std::string big = R"({"model":"tiny","prompt":[1],"pad":")" + std::string(200, 'a') + "\"}";
+  EXPECT_FALSE(parse_completion_request(big, l, e));
+  EXPECT_EQ(e.status, 413);
+  EXPECT_EQ(e.code, "body_too_large");
+  EXPECT_NE(e.message.find("limit of 200 bytes"), std::string::npos) << e.message;
+  for (const std::string& deep : {std::string(R"({"model":"tiny","prompt":[[1,2]],"x":[{"y":[[]]}]})"),
+                                 std::string(5, '['), std::string("{\"a\":") + std::string(150, '{')}) {
+    SCOPED_TRACE(deep);
+    EXPECT_FALSE(parse_completion_request(deep, l, e));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "json_too_deep");
+    EXPECT_NE(e.message.find("nested deeper than 4 levels"), std::string::npos) << e.message;
+  }
+  // brackets inside strings are not nesting
+  const std::string in_str = R"({"model":"tiny","prompt":[1],"user":"[[[[[{{{{\"\\[[[["})";
+  EXPECT_TRUE(parse_completion_request(in_str, l, e)) << e.message;
+
+  EXPECT_EQ(json_nesting_depth("", 10), 0);
+  EXPECT_EQ(json_nesting_depth("123", 10), 0);
+  EXPECT_EQ(json_nesting_depth("[]", 10), 1);
+  EXPECT_EQ(json_nesting_depth(R"([{"a":[1]},[[2]]])", 10), 3);
+  EXPECT_EQ(json_nesting_depth(R"(["]]][[[", "\\", "\"[[", [[]]])", 10), 3);
+  EXPECT_EQ(json_nesting_depth(R"("\\"[[)", 10), 2);  // the escaped backslash does not escape the quote
+  EXPECT_EQ(json_nesting_depth("]]]][", 10), 1);      // invalid JSON: a bound, and never negative
+  EXPECT_EQ(json_nesting_depth(std::string(1000, '['), 10), 11);  // stops once past the cap
+}
+
 TEST(CompletionApi, ResponseAndChunkJson) {
   std::vector<ChoiceResult> ch = {{0, {5, 17, 3}, "length", -1}, {1, {8, 2}, "stop", 2}};
   json r = json::parse(completion_json("cmpl-1", 123, "tiny", ch, Usage{7, 5}));
