@@ -116,6 +116,11 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
   if (json_nesting_depth(body, lim.max_json_depth) > lim.max_json_depth)
     bad("", fmt::format("the request body is nested deeper than {} levels of arrays and objects", lim.max_json_depth),
         "json_too_deep");
+  // nlohmann's lexer takes a NUL byte for the end of the input and ignores what follows (so
+  // `{...}\0garbage` parsed as `{...}`; found by fuzz_completion_request). JSON never holds a raw
+  // NUL, not even inside a string.
+  if (body.find('\0') != std::string_view::npos)
+    bad("", "the request body is not valid JSON (it holds a NUL byte)", "invalid_json");
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad("", "the request body is not valid JSON", "invalid_json");
   if (!j.is_object()) bad("", fmt::format("the request body must be a JSON object, got {}", type_name(j)));

@@ -59,6 +59,10 @@ TEST(CompletionApi, EveryBadInputGetsItsError) {
       {"{", 400, "", "invalid_json", "not valid JSON"},
       {"", 400, "", "invalid_json", "not valid JSON"},
       {"[1,2]", 400, "", "", "must be a JSON object"},
+      // a NUL byte ended the input for the JSON parser, so this parsed as a valid request
+      // (fuzz_completion_request; the input it found is fuzz/corpus/completion_request/regress-nul-ends-json)
+      {std::string(R"({"model":"tiny","prompt":[1]})") + '\0' + "{", 400, "", "invalid_json", "NUL byte"},
+      {std::string(R"({"model":"tiny","prompt":[1],"user":"a)") + '\0' + R"("})", 400, "", "invalid_json", "NUL byte"},
       {without("model"), 400, "model", "", "'model' is required"},
       {with(R"({"model": 5})"), 400, "model", "", "'model' must be a string"},
       {with(R"({"model": "gpt-4"})"), 404, "model", "model_not_found", "'gpt-4' does not exist"},
