@@ -2,8 +2,9 @@
 // the function the server answers with (no engine, no HTTP). Contract:
 //  - nothing escapes it (it is meant to catch everything itself);
 //  - either a request every field of which is in range for these limits (and for what the
-//    scheduler's validate() demands), or an ApiError with a 4xx status, a message, and a JSON body
-//    (error_json) that parses back to the same message;
+//    scheduler's validate() demands), or an ApiError with a 4xx status, a message, a param naming a
+//    request field (or none), a known code (or none), and a JSON body (error_json) that parses
+//    back to the same message;
 //  - the caps come first: a body over max_body_bytes is 413 body_too_large, one nested deeper than
 //    max_json_depth is json_too_deep, and json_nesting_depth agrees with the parser's own depth on
 //    every valid JSON text;
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -97,9 +99,22 @@ void check_request(const CompletionParams& p) {
   }
 }
 
+bool one_of(const std::string& s, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (s == n) return true;
+  return false;
+}
+
 void check_error(const ApiError& e) {
   require(e.status >= 400 && e.status < 500);
   require(!e.message.empty() && !e.type.empty());
+  // param names a request field (or none), code is one the API documents (or none)
+  require(one_of(e.param, {"", "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "n",
+                           "best_of", "echo", "logprobs", "suffix", "presence_penalty", "frequency_penalty",
+                           "logit_bias", "stop", "stop_token_ids", "ignore_eos", "user", "stream", "stream_options",
+                           "stream_options.include_usage"}));
+  require(one_of(e.code, {"", "invalid_json", "json_too_deep", "body_too_large", "model_not_found", "no_tokenizer",
+                          "empty_prompt", "invalid_token_id", "context_length_exceeded"}));
   // what the server sends: must serialize (valid UTF-8) and say the same thing
   json j = json::parse(m3::serve::error_json(e));
   require(j["error"]["message"] == e.message && j["error"]["type"] == e.type);

@@ -103,10 +103,12 @@ std::vector<int32_t> token_list(const json& arr, const std::string& name, const 
     if (t.is_string()) bad(param, kNoTokenizer, "no_tokenizer");
     if (!t.is_number_integer())
       bad(param, fmt::format("'{}' must be an integer token id, got {}", p, type_name(t)));
-    int64_t id = as_int(t, p);
-    if (id < 0 || id >= vocab)
-      bad(param, fmt::format("'{}' = {} is outside the vocabulary [0, {})", p, id, vocab), "invalid_token_id");
-    ids.push_back(int32_t(id));
+    // (an id past INT64_MAX is outside the vocabulary too, not a bad 'prompt[i]' field of its own)
+    const bool outside = t.is_number_unsigned() ? t.get<uint64_t>() >= uint64_t(vocab)
+                                                : t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab;
+    if (outside)
+      bad(param, fmt::format("'{}' = {} is outside the vocabulary [0, {})", p, t.dump(), vocab), "invalid_token_id");
+    ids.push_back(int32_t(t.get<int64_t>()));
   }
   return ids;
 }

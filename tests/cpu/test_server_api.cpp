@@ -80,6 +80,11 @@ TEST(CompletionApi, EveryBadInputGetsItsError) {
       {with(R"({"prompt": [1, 1024]})"), 400, "prompt", "invalid_token_id", "'prompt[1]' = 1024 is outside the vocabulary [0, 1024)"},
       {with(R"({"prompt": [-1]})"), 400, "prompt", "invalid_token_id", "= -1 is outside"},
       {with(R"({"prompt": [[5], [3, 99999999999]]})"), 400, "prompt", "invalid_token_id", "'prompt[1][1]' = 99999999999"},
+      // past INT64_MAX: was param 'prompt[0]', no code (seen in fuzz_completion_request's corpus)
+      {with(R"({"prompt": [18446744073709551615]})"), 400, "prompt", "invalid_token_id",
+       "'prompt[0]' = 18446744073709551615 is outside"},
+      {with(R"({"stop_token_ids": [9223372036854775808]})"), 400, "stop_token_ids", "invalid_token_id",
+       "'stop_token_ids[0]' = 9223372036854775808 is outside"},
       {with(R"({"prompt": )" + p41 + "}"), 400, "prompt", "context_length_exceeded", "41 tokens; this server accepts at most 40"},
       {with(R"({"prompt": )" + p40 + R"(, "max_tokens": 30})"), 400, "max_tokens", "context_length_exceeded",
        "maximum context length is 64 tokens, but 70"},
