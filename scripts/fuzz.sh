@@ -4,10 +4,13 @@
 #
 #   scripts/fuzz.sh [SECONDS=60] [TARGET=fuzz_safetensors_header]
 #
-# TARGET is fuzz_safetensors_header or fuzz_config (any fuzz/fuzz_*.cpp). Seeds come from
-# fuzz/corpus/<TARGET without "fuzz_">; inputs the fuzzer finds go to the build folder, never
-# into the repository. A crash leaves its input in $BUILD/artifacts/ and the script exits non-zero.
-# Environment: M3_FUZZ_BUILD_DIR overrides the build folder (default build/fuzz).
+# TARGET is fuzz_safetensors_header, fuzz_config or fuzz_completion_request (any fuzz/fuzz_*.cpp).
+# Seeds come from fuzz/corpus/<TARGET without "fuzz_">, a dictionary from fuzz/<that name>.dict
+# when there is one; inputs the fuzzer finds go to the build folder, never into the repository.
+# Seeds include every input that once crashed a target, so each run replays them first. A crash
+# leaves its input in $BUILD/artifacts/ and the script exits non-zero.
+# Environment: M3_FUZZ_BUILD_DIR overrides the build folder (default build/fuzz); M3_FUZZ_RUNS=N
+# also stops the run after N executions (a run of record: whichever of SECONDS and N comes first).
 set -euo pipefail
 
 secs="${1:-60}"
@@ -30,14 +33,24 @@ artifacts="$build/artifacts/"
 mkdir -p "$corpus" "$artifacts"
 seeds="$root/fuzz/corpus/${target#fuzz_}"
 [[ -d "$seeds" ]] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+runs=()
+if [[ -n "${M3_FUZZ_RUNS:-}" ]]; then
+  [[ "$M3_FUZZ_RUNS" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: M3_FUZZ_RUNS must be a positive integer, got '$M3_FUZZ_RUNS'" >&2; exit 2; }
+  runs=(-runs="$M3_FUZZ_RUNS")
+fi
 dict=()
-[[ "$target" == fuzz_safetensors_header && -f "$root/fuzz/safetensors.dict" ]] && dict=(-dict="$root/fuzz/safetensors.dict")
+if [[ "$target" == fuzz_safetensors_header && -f "$root/fuzz/safetensors.dict" ]]; then
+  dict=(-dict="$root/fuzz/safetensors.dict")
+elif [[ -f "$root/fuzz/${target#fuzz_}.dict" ]]; then
+  dict=(-dict="$root/fuzz/${target#fuzz_}.dict")
+fi
 
 echo "fuzz.sh: running $target for ${secs}s (corpus $corpus)"
-# NOTE: leak detection is off: the parser owns no raw allocations, and LeakSanitizer cannot run
-# under ptrace-restricted containers (it aborts the whole run there).
+# NOTE: leak detection is off by default: the parsers own no raw allocations, and LeakSanitizer
+# cannot run under ptrace-restricted containers (it aborts the whole run there). Where it can run,
+# ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 turns it on (the runs of record in the README did).
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}" \
 UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
   "$build/fuzz/$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
-  -print_final_stats=1 -artifact_prefix="$artifacts" "${dict[@]}" "$corpus"
+  -print_final_stats=1 -artifact_prefix="$artifacts" "${runs[@]}" "${dict[@]}" "$corpus"
 echo "fuzz.sh: $target ran ${secs}s without a crash"

@@ -103,15 +103,26 @@ std::vector<int32_t> token_list(const json& arr, const std::string& name, const 
     if (t.is_string()) bad(param, kNoTokenizer, "no_tokenizer");
     if (!t.is_number_integer())
       bad(param, fmt::format("'{}' must be an integer token id, got {}", p, type_name(t)));
-    int64_t id = as_int(t, p);
-    if (id < 0 || id >= vocab)
-      bad(param, fmt::format("'{}' = {} is outside the vocabulary [0, {})", p, id, vocab), "invalid_token_id");
-    ids.push_back(int32_t(id));
+    // (an id past INT64_MAX is outside the vocabulary too, not a bad 'prompt[i]' field of its own)
+    const bool outside = t.is_number_unsigned() ? t.get<uint64_t>() >= uint64_t(vocab)
+                                                : t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab;
+    if (outside)
+      bad(param, fmt::format("'{}' = {} is outside the vocabulary [0, {})", p, t.dump(), vocab), "invalid_token_id");
+    ids.push_back(int32_t(t.get<int64_t>()));
   }
   return ids;
 }
 
 CompletionParams parse(std::string_view body, const ApiLimits& lim) {
+  if (body.size() > lim.max_body_bytes) throw Bad{body_too_large_error(lim.max_body_bytes)};
+  if (json_nesting_depth(body, lim.max_json_depth) > lim.max_json_depth)
+    bad("", fmt::format("the request body is nested deeper than {} levels of arrays and objects", lim.max_json_depth),
+        "json_too_deep");
+  // nlohmann's lexer takes a NUL byte for the end of the input and ignores what follows (so
+  // `{...}\0garbage` parsed as `{...}`; found by fuzz_completion_request). JSON never holds a raw
+  // NUL, not even inside a string.
+  if (body.find('\0') != std::string_view::npos)
+    bad("", "the request body is not valid JSON (it holds a NUL byte)", "invalid_json");
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad("", "the request body is not valid JSON", "invalid_json");
   if (!j.is_object()) bad("", fmt::format("the request body must be a JSON object, got {}", type_name(j)));
@@ -256,6 +267,37 @@ json usage_json(const Usage& u) {
 
 }  // namespace
 
+ApiError body_too_large_error(size_t max_body_bytes) {
+  return ApiError{413, fmt::format("the request body exceeds this server's limit of {} bytes", max_body_bytes),
+                  "invalid_request_error", "", "body_too_large"};
+}
+
+int json_nesting_depth(std::string_view text, int stop_above) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    switch (c) {
+      case '"': in_string = true; break;
+      case '[':
+      case '{':
+        if (++depth > deepest && (deepest = depth) > stop_above) return deepest;
+        break;
+      case ']':
+      case '}':
+        if (depth > 0) --depth;
+        break;
+      default: break;
+    }
+  }
+  return deepest;
+}
+
 std::optional<CompletionParams> parse_completion_request(std::string_view body, const ApiLimits& lim, ApiError& err) {
   try {
     return parse(body, lim);
@@ -264,6 +306,9 @@ std::optional<CompletionParams> parse_completion_request(std::string_view body, 
     return std::nullopt;
   } catch (const std::exception& e) {  // e.g. a JSON type error this parser did not foresee
     err = ApiError{400, std::string("invalid request: ") + e.what(), "invalid_request_error", "", ""};
+    return std::nullopt;
+  } catch (...) {
+    err = ApiError{400, "invalid request", "invalid_request_error", "", ""};
     return std::nullopt;
   }
 }

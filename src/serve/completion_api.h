@@ -30,6 +30,10 @@ struct ApiLimits {
   int max_prompt_tokens = 0;      // per prompt
   int max_completion_tokens = 0;  // max_tokens upper bound
   int max_prompts = 64;           // prompts in one request (prompt as a list of lists)
+  // Checked before the body is parsed (parsing allocates about 20x a body's size, more with deep
+  // nesting): longer bodies get 413, deeper ones 400.
+  size_t max_body_bytes = 1 << 20;
+  int max_json_depth = 32;        // arrays and objects, counting the body's own object
 };
 
 struct CompletionParams {
@@ -47,8 +51,19 @@ struct CompletionParams {
   GenerationRequest request(size_t i, uint64_t fallback_seed) const;
 };
 
-// Returns the parsed parameters, or nullopt with `err` set to the first problem found.
+// Returns the parsed parameters, or nullopt with `err` set to the first problem found (status 4xx).
+// Any bytes may come in: no exception leaves it, and it parses nothing before the size and
+// nesting caps are checked. The server answers /v1/completions with exactly this.
 std::optional<CompletionParams> parse_completion_request(std::string_view body, const ApiLimits& lim, ApiError& err);
+
+// The 413 for a body longer than `max_body_bytes` (the server's reader sends it too).
+ApiError body_too_large_error(size_t max_body_bytes);
+
+// The deepest nesting of arrays and objects in `text` read as JSON, counting brackets outside
+// strings; it stops at the first bracket deeper than `stop_above` and returns that depth. Exact
+// for valid JSON; for any other text an upper bound of nothing in particular, never negative (the
+// parser rejects such text anyway).
+int json_nesting_depth(std::string_view text, int stop_above);
 
 // One choice's result, for whole responses and stream chunks.
 struct ChoiceResult {

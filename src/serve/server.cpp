@@ -116,6 +116,7 @@ struct Server::Impl {
   Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)) {
     limits.model = opt.model_name;
     limits.vocab_size = engine.spec().vocab_size;
+    limits.max_body_bytes = opt.max_body_bytes;
     limits.max_model_len = engine.max_model_len();
     limits.max_prompt_tokens = opt.max_prompt_tokens > 0 ? std::min(opt.max_prompt_tokens, limits.max_model_len - 1)
                                                          : limits.max_model_len - 1;
@@ -167,7 +168,50 @@ struct Server::Impl {
     return std::shared_ptr<Slot>(new Slot{this});
   }
 
-  void completions(const httplib::Request& req, httplib::Response& res) {
+  // Reads the request body through httplib's content reader and keeps at most max_body_bytes of
+  // it. httplib's own reading checks set_payload_max_length only against a Content-Length header:
+  // a chunked body, one without a length, or a compressed one (inflated as it arrives) would be
+  // read whole into memory. Beyond the limit the rest is read and dropped, as httplib skips an
+  // over-long Content-Length body, so the next request on the connection starts where it should.
+  // Returns false, with the error response sent, when the body is too large or unreadable.
+  bool read_body(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                 std::string& body) {
+    const size_t cap = opt.max_body_bytes;
+    size_t total = 0;
+    auto keep = [&](const char* data, size_t n) {
+      total += n;
+      if (total <= cap) body.append(data, n);
+      return true;
+    };
+    bool ok;
+    if (req.is_multipart_form_data())  // drained too; no route takes multipart
+      ok = reader([](const httplib::MultipartFormData&) { return true; },
+                  [&](const char*, size_t n) {
+                    total += n;
+                    return true;
+                  });
+    else
+      ok = reader(keep);
+    if (total > cap || res.status == 413) {  // 413: Content-Length over the limit (httplib skipped the body)
+      body.clear();
+      send_error(res, body_too_large_error(cap));
+      return false;
+    }
+    if (!ok) {
+      body.clear();
+      send_error(res, err(400, "the request body could not be read (bad chunked or compressed encoding?)",
+                          "invalid_request_error", "bad_body"));
+      return false;
+    }
+    if (req.is_multipart_form_data()) {
+      send_error(res, err(400, "multipart/form-data is not accepted: send the request body as JSON",
+                          "invalid_request_error", "unsupported_content_type"));
+      return false;
+    }
+    return true;
+  }
+
+  void completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     if (!authorized(req, res)) return;
     if (draining) return send_error(res, err(503, "the server is shutting down", "server_error", "shutting_down"));
     std::shared_ptr<Slot> slot = acquire_slot();
@@ -175,7 +219,7 @@ struct Server::Impl {
       return send_error(res, err(429, fmt::format("too many concurrent requests (limit {})", opt.max_concurrent_requests),
                                  "rate_limit_error", "too_many_requests"));
     ApiError e;
-    std::optional<CompletionParams> p = parse_completion_request(req.body, limits, e);
+    std::optional<CompletionParams> p = parse_completion_request(body, limits, e);
     if (!p) return send_error(res, e);
 
     auto job = std::make_shared<Job>();
@@ -302,8 +346,7 @@ struct Server::Impl {
           e.code = "not_found";
           break;
         case 413:
-          e.message = fmt::format("the request body exceeds this server's limit of {} bytes", opt.max_body_bytes);
-          e.code = "body_too_large";
+          e = body_too_large_error(opt.max_body_bytes);
           break;
         default:
           e.message = fmt::format("HTTP error {}", res.status);
@@ -323,17 +366,45 @@ struct Server::Impl {
       send_error(res, err(500, "internal error: " + what, "server_error", "internal_error"));
     });
 
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    // Every request that carries a body (POST, PUT, PATCH, DELETE) goes to a content-reader
+    // handler, which reads it through read_body: a plain handler would have httplib read it
+    // unbounded first. Handlers match in the order registered; the catch-alls come last.
+    http.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                std::string body;
+                if (read_body(req, res, reader, body)) completions(req, body, res);
+              });
     http.Get("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
       send_error(res, err(405, "use POST for /v1/completions", "invalid_request_error", "method_not_allowed"));
     });
     for (const char* path : {"/v1/chat/completions", "/v1/embeddings"})
-      http.Post(path, [path](const httplib::Request&, httplib::Response& res) {
+      http.Post(path, [this, path](const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& reader) {
+        std::string body;
+        if (!read_body(req, res, reader, body)) return;
         send_error(res, err(404, fmt::format("{} is not served: this checkpoint has no tokenizer or chat template; use "
                                              "/v1/completions with token ids",
                                              path),
                             "invalid_request_error", "not_found"));
       });
+    // Any other path: the body is read (bounded) and dropped; the error handler then writes the
+    // same 404 "no route" that an unrouted request gets.
+    auto no_route = [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      std::string body;
+      if (read_body(req, res, reader, body)) res.status = 404;
+    };
+    const char* any_path = R"([\s\S]*)";  // not ".*": a decoded path may hold a newline ("%0A")
+    http.Post(any_path, no_route);
+    http.Put(any_path, no_route);
+    http.Patch(any_path, no_route);
+    http.Delete(any_path, no_route);
+    // PRI (the HTTP/2 preface) is the one other method httplib reads a body for, and no
+    // content-reader handler can take it: refuse it before its body is read.
+    http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (req.method != "PRI") return httplib::Server::HandlerResponse::Unhandled;
+      res.status = 404;
+      return httplib::Server::HandlerResponse::Handled;
+    });
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       res.set_content(models_json(limits, unix_now()), "application/json");

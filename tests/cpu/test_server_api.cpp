@@ -59,6 +59,10 @@ TEST(CompletionApi, EveryBadInputGetsItsError) {
       {"{", 400, "", "invalid_json", "not valid JSON"},
       {"", 400, "", "invalid_json", "not valid JSON"},
       {"[1,2]", 400, "", "", "must be a JSON object"},
+      // a NUL byte ended the input for the JSON parser, so this parsed as a valid request
+      // (fuzz_completion_request; the input it found is fuzz/corpus/completion_request/regress-nul-ends-json)
+      {std::string(R"({"model":"tiny","prompt":[1]})") + '\0' + "{", 400, "", "invalid_json", "NUL byte"},
+      {std::string(R"({"model":"tiny","prompt":[1],"user":"a)") + '\0' + R"("})", 400, "", "invalid_json", "NUL byte"},
       {without("model"), 400, "model", "", "'model' is required"},
       {with(R"({"model": 5})"), 400, "model", "", "'model' must be a string"},
       {with(R"({"model": "gpt-4"})"), 404, "model", "model_not_found", "'gpt-4' does not exist"},
@@ -76,6 +80,11 @@ TEST(CompletionApi, EveryBadInputGetsItsError) {
       {with(R"({"prompt": [1, 1024]})"), 400, "prompt", "invalid_token_id", "'prompt[1]' = 1024 is outside the vocabulary [0, 1024)"},
       {with(R"({"prompt": [-1]})"), 400, "prompt", "invalid_token_id", "= -1 is outside"},
       {with(R"({"prompt": [[5], [3, 99999999999]]})"), 400, "prompt", "invalid_token_id", "'prompt[1][1]' = 99999999999"},
+      // past INT64_MAX: was param 'prompt[0]', no code (seen in fuzz_completion_request's corpus)
+      {with(R"({"prompt": [18446744073709551615]})"), 400, "prompt", "invalid_token_id",
+       "'prompt[0]' = 18446744073709551615 is outside"},
+      {with(R"({"stop_token_ids": [9223372036854775808]})"), 400, "stop_token_ids", "invalid_token_id",
+       "'stop_token_ids[0]' = 9223372036854775808 is outside"},
       {with(R"({"prompt": )" + p41 + "}"), 400, "prompt", "context_length_exceeded", "41 tokens; this server accepts at most 40"},
       {with(R"({"prompt": )" + p40 + R"(, "max_tokens": 30})"), 400, "max_tokens", "context_length_exceeded",
        "maximum context length is 64 tokens, but 70"},
@@ -173,6 +182,42 @@ TEST(CompletionApi, GoodInputsBecomeEngineRequests) {
   // exactly at the limits
   json j = {{"model", "tiny"}, {"prompt", std::vector<int>(40, 1023)}, {"max_tokens", 24}};
   EXPECT_TRUE(parse_completion_request(j.dump(), limits(), e)) << e.message;
+}
+
+// Sizes and nesting are capped before the body is parsed: a body over max_body_bytes is 413, one
+// nested deeper than max_json_depth is 400, whatever follows (even invalid JSON).
+TEST(CompletionApi, SizeAndNestingAreCheckedBeforeParsing) {
+  ApiLimits l = limits();
+  l.max_body_bytes = 200;
+  l.max_json_depth = 4;
+  ApiError e;
+  const std::string ok = R"({"model":"tiny","prompt":[[1,2]],"x":[{"y":[]}]})";  // depth 4
+  ASSERT_TRUE(parse_completion_request(ok, l, e)) << e.message;
+  std::string big = R"({"model":"tiny","prompt":[1],"pad":")" + std::string(200, 'a') + "\"}";
+  EXPECT_FALSE(parse_completion_request(big, l, e));
+  EXPECT_EQ(e.status, 413);
+  EXPECT_EQ(e.code, "body_too_large");
+  EXPECT_NE(e.message.find("limit of 200 bytes"), std::string::npos) << e.message;
+  for (const std::string& deep : {std::string(R"({"model":"tiny","prompt":[[1,2]],"x":[{"y":[[]]}]})"),
+                                 std::string(5, '['), std::string("{\"a\":") + std::string(150, '{')}) {
+    SCOPED_TRACE(deep);
+    EXPECT_FALSE(parse_completion_request(deep, l, e));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "json_too_deep");
+    EXPECT_NE(e.message.find("nested deeper than 4 levels"), std::string::npos) << e.message;
+  }
+  // brackets inside strings are not nesting
+  const std::string in_str = R"({"model":"tiny","prompt":[1],"user":"[[[[[{{{{\"\\[[[["})";
+  EXPECT_TRUE(parse_completion_request(in_str, l, e)) << e.message;
+
+  EXPECT_EQ(json_nesting_depth("", 10), 0);
+  EXPECT_EQ(json_nesting_depth("123", 10), 0);
+  EXPECT_EQ(json_nesting_depth("[]", 10), 1);
+  EXPECT_EQ(json_nesting_depth(R"([{"a":[1]},[[2]]])", 10), 3);
+  EXPECT_EQ(json_nesting_depth(R"(["]]][[[", "\\", "\"[[", [[]]])", 10), 3);
+  EXPECT_EQ(json_nesting_depth(R"("\\"[[)", 10), 2);  // the escaped backslash does not escape the quote
+  EXPECT_EQ(json_nesting_depth("]]]][", 10), 1);      // invalid JSON: a bound, and never negative
+  EXPECT_EQ(json_nesting_depth(std::string(1000, '['), 10), 11);  // stops once past the cap
 }
 
 TEST(CompletionApi, ResponseAndChunkJson) {

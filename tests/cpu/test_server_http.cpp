@@ -255,6 +255,63 @@ TEST(ServerHttp, BadRequestsGetJsonErrorsAndTheServerKeepsServing) {
   EXPECT_NE(page->body.find("m3_http_responses_total{code=\"400\"} 4"), std::string::npos) << page->body;
 }
 
+// httplib checks set_payload_max_length only against Content-Length: a chunked body, a body
+// without a length, or a compressed body (decompressed as it arrives) used to be read whole into
+// memory, whatever its size. The server now reads every body itself and keeps at most
+// max_body_bytes; the rest is read and dropped, so the connection stays in step for the next request.
+TEST(ServerHttp, BodyLimitHoldsForChunkedAndCompressedBodies) {
+  ServerOptions o;
+  o.max_body_bytes = 4096;
+  Live live(o);
+  const std::string huge = json{{"model", "tiny"}, {"prompt", std::vector<int>(3000, 1)}}.dump();  // 6 KB
+  const std::string small = R"({"model":"tiny","prompt":[1,2],"max_tokens":2})";
+  auto chunked = [](const std::string& s) {
+    return [s](size_t, httplib::DataSink& sink) {
+      for (size_t i = 0; i < s.size(); i += 1000) sink.write(s.data() + i, std::min<size_t>(1000, s.size() - i));
+      sink.done();
+      return true;
+    };
+  };
+  auto cli = live.client();
+  expect_error(cli.Post("/v1/completions", chunked(huge), "application/json"), 413, "body_too_large", "4096 bytes");
+  auto ok = cli.Post("/v1/completions", chunked(small), "application/json");  // same connection: still in step
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  // routes that ignore the body read it the same bounded way
+  expect_error(cli.Post("/v1/chat/completions", chunked(huge), "application/json"), 413, "body_too_large", "4096");
+  expect_error(cli.Post("/nothing/here", chunked(huge), "application/json"), 413, "body_too_large", "4096");
+  expect_error(cli.Post("/a%0Ab", chunked(huge), "application/json"), 413, "body_too_large", "4096");
+  expect_error(cli.Put("/v1/completions", chunked(small), "application/json"), 404, "not_found", "no route for PUT");
+  expect_error(cli.Post("/v1/chat/completions", chunked(small), "application/json"), 404, "not_found", "no tokenizer");
+  ok = cli.Post("/v1/completions", small, "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+
+  auto gz = live.client();
+  gz.set_compress(true);  // gzip: ~100 bytes on the wire, 6 KB once inflated
+  expect_error(gz.Post("/v1/completions", huge, "application/json"), 413, "body_too_large", "4096 bytes");
+  ok = gz.Post("/v1/completions", small, "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+
+  // a multipart body is drained (bounded) and refused
+  httplib::MultipartFormDataItems items = {{"file", small, "a.json", "application/json"}};
+  expect_error(live.client().Post("/v1/completions", items), 400, "unsupported_content_type", "JSON");
+}
+
+// Nesting is checked before the body is parsed (a 4 KB body of '[' would otherwise become a
+// 4000-deep document).
+TEST(ServerHttp, DeepJsonIsRefusedBeforeParsing) {
+  Live live;
+  auto cli = live.client();
+  std::string deep = R"({"model":"tiny","prompt":[1],"x":)" + std::string(200, '[') + std::string(200, ']') + "}";
+  expect_error(cli.Post("/v1/completions", deep, "application/json"), 400, "json_too_deep", "nested deeper than");
+  auto ok = cli.Post("/v1/completions", R"({"model":"tiny","prompt":[[1,2]],"max_tokens":1,"x":[[[{"y":[]}]]]})",
+                     "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
 TEST(ServerHttp, ApiKey) {
   ServerOptions o;
   o.api_key = "sekrit-123";
