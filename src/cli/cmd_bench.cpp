@@ -79,7 +79,7 @@ RunFn setup_bench(CLI::App& app) {
   app.add_option("--batch", a->batch, "decode rows per step, comma list (e.g. 1,2,4,8,16)")->capture_default_str();
   app.add_option("--context", a->context, "tokens cached per row, comma list (e.g. 1K,8K,64K; default 8K on cuda, 1K on cpu)");
   app.add_option("--prefill", a->prefill, "prefill cases: tokens of one request, comma list (e.g. 8K)");
-  app.add_option("--paths", a->paths, "step paths side by side, comma list (cuda: stream, the plain read of the step's bytes one launch per op, always run; flat, the same bytes in two launches (the sparse layers' in one: mono's yardstick); native, the plans CudaBackend runs (native/forward.h); mono, the same with the sparse layers in one persistent launch (src/mono); cpu: cpu-ref; default: stream,native)");
+  app.add_option("--paths", a->paths, "step paths side by side, comma list (cuda: stream, the plain read of the step's bytes one launch per op, always run; flat, the same bytes in two launches (the sparse layers' in one: mono's yardstick); native, the plans CudaBackend runs (native/forward.h); mono, the same with the sparse layers in one persistent launch (src/mono); mono:key=value/..., mono with options (poll_ns, pin, reserve, small, grid, serialized, watchdog_ms; e.g. mono:reserve=4); cpu: cpu-ref; default: stream,native)");
   app.add_option("--steps", o.steps, "timed steps per case (after warm-up)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--eager-reps", o.eager_reps, "timed runs of steps a path cannot capture (the native prefill)")

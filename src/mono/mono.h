@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mono/eligibility.h"
+#include "mono/task_table.h"
 #include "native/layer_range.h"
 
 namespace m3::native {
@@ -31,6 +32,10 @@ struct MonoOptions {
   int grid = 0;                // CTAs (0: the measured co-resident capacity x SMs)
   int fault_op = -1;           // tests: make the wait of this op unreachable (the watchdog must fire)
   bool trace = false;          // per-task device timestamps of every launch (MonoRunner::trace)
+  // Experiments (bench; defaults are the measured best): a waiting thread's sleep between polls,
+  // and where the tasks run (mono/task_table.h, TablePlacement).
+  int poll_ns = 32;
+  TablePlacement place;
 };
 
 // Per-task timestamps of the last launch (MonoOptions::trace), ns from the earliest stamp.

@@ -8,7 +8,7 @@
 namespace m3::mono {
 
 TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int cta_threads, int cta_smem,
-                           std::vector<std::string>* why) {
+                           std::vector<std::string>* why, const TablePlacement& place) {
   TaskTable t;
   const size_t refused = why ? why->size() : 0;
   auto refuse = [&](std::string s) {
@@ -66,12 +66,24 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
     refuse(fmt::format("mono: {} tasks", total));
     return {};
   }
-  // item w of op i goes to CTA (first_task(i) + w) % grid: consecutive ops continue where the
-  // previous one ended, so the CTAs' loads stay even; each CTA's list is in global order.
+  // placement (TablePlacement); each CTA's list stays in the global order
+  if (place.reserve < 0 || place.reserve >= grid || place.small < 0) {
+    refuse(fmt::format("mono: {} of {} CTAs reserved for ops of at most {} items", place.reserve, grid, place.small));
+    return {};
+  }
+  const int wide = grid - place.reserve;
   std::vector<std::vector<MonoTask>> per(static_cast<size_t>(grid));
-  for (size_t i = 0; i < t.ops.size(); ++i)
-    for (int64_t w = 0; w < t.ops[i].items; ++w)
-      per[size_t((t.ops[i].first_task + w) % grid)].push_back(MonoTask{int32_t(i), int32_t(w)});
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const MonoOp& o = t.ops[i];
+    const bool small = place.reserve > 0 && o.items <= place.small;
+    for (int64_t w = 0; w < o.items; ++w) {
+      int64_t c;
+      if (small) c = wide + (int64_t(o.code) + w) % place.reserve;
+      else if (place.pin) c = (int64_t(o.code) * 8 + w) % wide;  // op codes 8 CTAs apart
+      else c = (o.first_task + w) % wide;
+      per[size_t(c)].push_back(MonoTask{int32_t(i), int32_t(w)});
+    }
+  }
   t.grid = grid;
   t.cta_begin.push_back(0);
   for (auto& l : per) {

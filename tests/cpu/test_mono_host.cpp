@@ -5,13 +5,17 @@
 // and never starts a task before everything it depends on completed.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <set>
+#include <tuple>
 
 #include "core/check.h"
 #include "model/synthetic.h"
 #include "mono/eligibility.h"
 #include "mono/lifecycle.h"
 #include "mono/op_code.h"
+#include "mono/options.h"
 #include "mono/task_table.h"
 
 using namespace m3;
@@ -266,4 +270,77 @@ TEST(MonoTaskTable, EveryItemOnceInGlobalOrderAndASimulatedRunNeverDeadlocks) {
   t.tasks.pop_back();
   t.cta_begin.back()--;
   EXPECT_NE(check_task_order(t), "");  // an item left out
+}
+
+// Options from text (the bench's "mono:key=value/..." paths): every key sets its field, the rest
+// keep their values, and a bad key or value is an error naming it.
+TEST(MonoOptions, ParseNamesBadInput) {
+  const MonoOptions d;
+  const MonoOptions o = parse_options("poll_ns=256/pin=0/reserve=4/small=6/grid=64/serialized=1/watchdog_ms=2.5");
+  EXPECT_EQ(o.poll_ns, 256);
+  EXPECT_FALSE(o.place.pin);
+  EXPECT_EQ(o.place.reserve, 4);
+  EXPECT_EQ(o.place.small, 6);
+  EXPECT_EQ(o.grid, 64);
+  EXPECT_TRUE(o.serialized);
+  EXPECT_DOUBLE_EQ(o.watchdog_ms, 2.5);
+  const MonoOptions p = parse_options("reserve=2");
+  EXPECT_EQ(p.place.reserve, 2);
+  EXPECT_EQ(p.place.pin, d.place.pin);
+  EXPECT_EQ(p.poll_ns, d.poll_ns);
+  EXPECT_EQ(p.grid, d.grid);
+  EXPECT_EQ(parse_options("").place.reserve, d.place.reserve);
+  auto fails_naming = [](const std::string& text, const std::string& what) {
+    try {
+      parse_options(text);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "'" << text << "' was accepted";
+  };
+  fails_naming("reserv=3", "reserv");
+  fails_naming("reserve=3x", "reserve=3x");
+  fails_naming("poll_ns", "poll_ns");
+  fails_naming("=5", "=5");
+}
+
+// Placement: pinned, every op of a code runs its item w on the same CTA in every layer; with
+// reserve R, the small ops (at most `small` items) run only on the last R CTAs and nothing else runs
+// there; round robin continues where the previous op ended. Every table stays in the global order
+// (check_task_order) and a simulated run of it completes (the test above runs the default).
+TEST(MonoTaskTable, PlacementPinsOpsAndReservesCtas) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<native::OpCall> ops;
+  for (int layer = 0; layer < 6; ++layer)
+    for (int i = 0; i < 5; ++i) ops.push_back(random_op(rng, layer));
+  const int grid = 40;
+  for (const TablePlacement place : {TablePlacement{true, 0, 8}, TablePlacement{true, 4, 4}, TablePlacement{false, 0, 8},
+                                     TablePlacement{false, 3, 2}}) {
+    SCOPED_TRACE(fmt::format("pin {} reserve {} small {}", place.pin, place.reserve, place.small));
+    const TaskTable t = build_task_table(ops, grid, 512, 96 * 1024, nullptr, place);
+    ASSERT_EQ(check_task_order(t), "");
+    const int wide = grid - place.reserve;
+    // (op code, items, item) -> CTAs over the layers (the random ops of one code differ in size;
+    // a model's layers do not)
+    std::map<std::tuple<int, int64_t, int>, std::set<int>> ctas;
+    for (int c = 0; c < grid; ++c)
+      for (int32_t i = t.cta_begin[size_t(c)]; i < t.cta_begin[size_t(c + 1)]; ++i) {
+        const MonoTask k = t.tasks[size_t(i)];
+        const MonoOp& o = t.ops[size_t(k.op)];
+        const bool small = place.reserve > 0 && o.items <= place.small;
+        if (small) EXPECT_GE(c, wide) << "a small op outside the reserved CTAs";
+        else EXPECT_LT(c, wide) << "op " << k.op << " (" << o.items << " items) on a reserved CTA";
+        if (!place.pin && !small) EXPECT_EQ(c, (o.first_task + k.item) % wide);
+        ctas[{o.code, o.items, k.item}].insert(c);
+      }
+    if (place.pin)
+      for (const auto& [key, cs] : ctas)
+        EXPECT_EQ(cs.size(), 1u) << "op code " << std::get<0>(key) << " item " << std::get<2>(key);
+  }
+  std::vector<std::string> why;
+  EXPECT_TRUE(build_task_table(ops, grid, 512, 96 * 1024, &why, TablePlacement{true, grid, 8}).ops.empty());
+  EXPECT_TRUE(any_contains(why, "reserved")) << (why.empty() ? "" : why[0]);
 }

@@ -83,7 +83,8 @@ int pow2_at_least(int n) {
 // plan's logits of the same step.
 class NativeRunner final : public StepRunner {
  public:
-  NativeRunner(const StepEnv& env, bool mono) : env_(env), mono_(mono) {
+  NativeRunner(const StepEnv& env, bool mono, mono::MonoOptions mo = {}, std::string name = "native")
+      : env_(env), mono_(mono), mono_opt_(std::move(mo)), name_(std::move(name)) {
     M3_CHECK(env.weights != nullptr && env.cache != nullptr && env.spec != nullptr,
              "bench native: the run gives no prepared weights / cache (StepEnv::weights, cache)");
     const ModelSpec& spec = *env.spec;
@@ -99,7 +100,7 @@ class NativeRunner final : public StepRunner {
     o.launch.pdl = native::pdl_default();
     fw_ = std::make_unique<native::Forward>(env.weights, *env.cache, o);
     if (mono_) {
-      mono::MonoOptions mo;
+      mono::MonoOptions mo = mono_opt_;
       mo.trace = !env.trace.empty();
       auto r = mono::create(fw_->model(), mo);
       if (auto* refusal = std::get_if<mono::Refusal>(&r)) M3_FAIL("bench mono: {}", refusal->text());
@@ -114,7 +115,7 @@ class NativeRunner final : public StepRunner {
     if (route_) cudaFree(route_);
   }
 
-  std::string name() const override { return mono_ ? "mono" : "native"; }
+  std::string name() const override { return name_; }
 
   void setup(const BenchCase& c, cudaStream_t s) override {
     const ModelSpec& spec = *env_.spec;
@@ -294,6 +295,8 @@ class NativeRunner final : public StepRunner {
 
   StepEnv env_;
   bool mono_ = false;
+  mono::MonoOptions mono_opt_;
+  std::string name_;
   std::unique_ptr<native::Forward> fw_;
   std::unique_ptr<mono::MonoRunner> runner_;
   size_t mono_differ_ = 0;
@@ -310,6 +313,8 @@ class NativeRunner final : public StepRunner {
 }  // namespace
 
 std::unique_ptr<StepRunner> make_native_runner(const StepEnv& env) { return std::make_unique<NativeRunner>(env, false); }
-std::unique_ptr<StepRunner> make_mono_runner(const StepEnv& env) { return std::make_unique<NativeRunner>(env, true); }
+std::unique_ptr<StepRunner> make_mono_runner(const StepEnv& env, const mono::MonoOptions& opt, const std::string& name) {
+  return std::make_unique<NativeRunner>(env, true, opt, name);
+}
 
 }  // namespace m3::bench

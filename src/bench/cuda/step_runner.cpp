@@ -6,6 +6,7 @@
 #include <map>
 
 #include "bench/cuda/probes.h"
+#include "mono/options.h"
 #include "native/cuda_check.h"
 
 namespace m3::bench {
@@ -139,6 +140,10 @@ std::vector<std::string> step_path_names() {
 StepRunnerFactory step_path(const std::string& name) {
   for (auto& [k, f] : registry())
     if (k == name) return f;
+  if (name.rfind("mono:", 0) == 0) {  // a variant: mono with options (mono/options.h)
+    const mono::MonoOptions o = mono::parse_options(name.substr(5));
+    return [o, name](const StepEnv& env) { return make_mono_runner(env, o, name); };
+  }
   std::string known;
   for (auto& [k, f] : registry()) known += (known.empty() ? "" : ", ") + k;
   M3_FAIL("bench: path '{}' is not available in this build (known: {})", name, known);
@@ -150,7 +155,7 @@ void register_builtin_paths() {
   register_step_path("stream", make_stream_runner);
   register_step_path("flat", [](const StepEnv& env) { return std::make_unique<ReadRunner>(env, true); });
   register_step_path("native", make_native_runner);
-  register_step_path("mono", make_mono_runner);
+  register_step_path("mono", [](const StepEnv& env) { return make_mono_runner(env, mono::MonoOptions{}, "mono"); });
 }
 
 }  // namespace m3::bench

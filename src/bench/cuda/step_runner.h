@@ -16,6 +16,7 @@
 #include "bench/bench_case.h"
 #include "bench/step_bytes.h"
 #include "model/prepare.h"
+#include "mono/mono.h"
 #include "native/kv_cache.h"
 
 namespace m3::native {
@@ -82,7 +83,8 @@ class StepRunner {
 };
 
 using StepRunnerFactory = std::function<std::unique_ptr<StepRunner>(const StepEnv&)>;
-// Paths by name: register_builtin_paths() registers "stream", "flat", "native" and "mono".
+// Paths by name: register_builtin_paths() registers "stream", "flat", "native" and "mono"; a name
+// "mono:key=value/..." is mono with those options (mono/options.h), e.g. "mono:reserve=4".
 void register_step_path(const std::string& name, StepRunnerFactory f);
 std::vector<std::string> step_path_names();
 StepRunnerFactory step_path(const std::string& name);  // throws listing the known names
@@ -104,6 +106,6 @@ std::unique_ptr<StepRunner> make_stream_runner(const StepEnv& env);
 std::unique_ptr<StepRunner> make_native_runner(const StepEnv& env);
 // The "mono" path: the same forward with mono (src/mono) running the sparse layers of decode
 // cases (prefill cases run natively); the set-up step is checked bitwise against native's.
-std::unique_ptr<StepRunner> make_mono_runner(const StepEnv& env);
+std::unique_ptr<StepRunner> make_mono_runner(const StepEnv& env, const mono::MonoOptions& opt, const std::string& name);
 
 }  // namespace m3::bench

@@ -34,43 +34,47 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-// params: the task's params, staged in shared memory while thread 0 waited; copied again into a
-// private value, which cannot alias the op's outputs, so the compiler keeps its fields in
-// registers instead of re-reading them after every store.
+// The running task's params, staged in shared memory while thread 0 waited. The op reads them
+// where they are (shared loads, like native's constant-bank params) instead of holding a private
+// copy in registers: a copy of up to kParamBytes would take up to 64 registers of the 128 the
+// persistent kernel has and make the op bodies spill.
+__shared__ __align__(16) uint8_t params_s[kParamBytes];
+
+// One function per op (not inlined into one switch): each body gets the whole register budget,
+// and its code is contiguous.
 template <class Op>
-__device__ __forceinline__ void run(const uint8_t* params, int64_t item, Group g, uint8_t* smem) {
-  const typename Op::Params p = *reinterpret_cast<const typename Op::Params*>(params);
-  Op::run(p, item, g, smem);
+__device__ __noinline__ void run(int64_t item, Group g, uint8_t* smem) {
+  Op::run(*reinterpret_cast<const typename Op::Params*>(params_s), item, g, smem);
 }
 
-__device__ void run_op(OpCode code, const uint8_t* params, int64_t item, Group g, uint8_t* smem) {
+__device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
   switch (code) {
-    case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(params, item, g, smem);
-    case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(params, item, g, smem);
-    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(params, item, g, smem);
-    case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(params, item, g, smem);
-    case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(params, item, g, smem);
-    case OpCode::RopeBf16Fp8: return run<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(params, item, g, smem);
-    case OpCode::RopeBf16Bf16: return run<QkNormRopeCacheOp<CacheBf16, CacheBf16>>(params, item, g, smem);
-    case OpCode::IndexerScoresFp8: return run<IndexerScoresOp<CacheFp8>>(params, item, g, smem);
-    case OpCode::IndexerScoresBf16: return run<IndexerScoresOp<CacheBf16>>(params, item, g, smem);
-    case OpCode::IndexerTopk: return run<IndexerTopkOp>(params, item, g, smem);
-    case OpCode::AttnSplitFp8D64: return run<AttentionSplitOp<CacheFp8, 64>>(params, item, g, smem);
-    case OpCode::AttnSplitFp8D128: return run<AttentionSplitOp<CacheFp8, 128>>(params, item, g, smem);
-    case OpCode::AttnSplitBf16D64: return run<AttentionSplitOp<CacheBf16, 64>>(params, item, g, smem);
-    case OpCode::AttnSplitBf16D128: return run<AttentionSplitOp<CacheBf16, 128>>(params, item, g, smem);
-    case OpCode::AttnCombine: return run<AttentionCombineOp>(params, item, g, smem);
-    case OpCode::GemvF32M1: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 1>>(params, item, g, smem);
-    case OpCode::GemvF32M2: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 2>>(params, item, g, smem);
-    case OpCode::GemvF32M4: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 4>>(params, item, g, smem);
-    case OpCode::GemvBf16M1: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 1>>(params, item, g, smem);
-    case OpCode::GemvBf16M2: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 2>>(params, item, g, smem);
-    case OpCode::GemvBf16M4: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 4>>(params, item, g, smem);
-    case OpCode::MoeRoute: return run<MoeRouteOp>(params, item, g, smem);
-    case OpCode::MoeSplit: return run<MoeSplitOp>(params, item, g, smem);
-    case OpCode::MoeWideStaged3: return run<MoeWideOp<3>>(params, item, g, smem);
-    case OpCode::MoeWideRegs: return run<MoeWideOp<0>>(params, item, g, smem);
-    case OpCode::MoeCombine: return run<MoeCombineOp>(params, item, g, smem);
+    case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(item, g, smem);
+    case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(item, g, smem);
+    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(item, g, smem);
+    case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(item, g, smem);
+    case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(item, g, smem);
+    case OpCode::RopeBf16Fp8: return run<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(item, g, smem);
+    case OpCode::RopeBf16Bf16: return run<QkNormRopeCacheOp<CacheBf16, CacheBf16>>(item, g, smem);
+    case OpCode::IndexerScoresFp8: return run<IndexerScoresOp<CacheFp8>>(item, g, smem);
+    case OpCode::IndexerScoresBf16: return run<IndexerScoresOp<CacheBf16>>(item, g, smem);
+    case OpCode::IndexerTopk: return run<IndexerTopkOp>(item, g, smem);
+    case OpCode::AttnSplitFp8D64: return run<AttentionSplitOp<CacheFp8, 64>>(item, g, smem);
+    case OpCode::AttnSplitFp8D128: return run<AttentionSplitOp<CacheFp8, 128>>(item, g, smem);
+    case OpCode::AttnSplitBf16D64: return run<AttentionSplitOp<CacheBf16, 64>>(item, g, smem);
+    case OpCode::AttnSplitBf16D128: return run<AttentionSplitOp<CacheBf16, 128>>(item, g, smem);
+    case OpCode::AttnCombine: return run<AttentionCombineOp>(item, g, smem);
+    case OpCode::GemvF32M1: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 1>>(item, g, smem);
+    case OpCode::GemvF32M2: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 2>>(item, g, smem);
+    case OpCode::GemvF32M4: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 4>>(item, g, smem);
+    case OpCode::GemvBf16M1: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 1>>(item, g, smem);
+    case OpCode::GemvBf16M2: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 2>>(item, g, smem);
+    case OpCode::GemvBf16M4: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 4>>(item, g, smem);
+    case OpCode::MoeRoute: return run<MoeRouteOp>(item, g, smem);
+    case OpCode::MoeSplit: return run<MoeSplitOp>(item, g, smem);
+    case OpCode::MoeWideStaged3: return run<MoeWideOp<3>>(item, g, smem);
+    case OpCode::MoeWideRegs: return run<MoeWideOp<0>>(item, g, smem);
+    case OpCode::MoeCombine: return run<MoeCombineOp>(item, g, smem);
     default: __trap();
   }
 }
@@ -96,7 +100,7 @@ __device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index
   for (uint32_t spin = 0;; ++spin) {
     if (ld_acquire(c) >= target) return true;
     if (*reinterpret_cast<volatile uint32_t*>(a.abort)) return false;
-    __nanosleep(32);
+    __nanosleep(a.poll_ns);
     if ((spin & 63) == 63 && global_ns() - t0 > a.watchdog_ns) {
       if (atomicCAS(a.abort, 0u, 1u) == 0u) {
         MonoError* e = a.error;
@@ -118,20 +122,21 @@ __device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index
 
 __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ __align__(16) uint8_t params_s[kParamBytes];
   __shared__ int go;
   const int cta = int(blockIdx.x), tid = int(threadIdx.x);
   const uint64_t epoch = a.epochs[cta] + 1;  // every CTA ran the kernel as often: the same value
   bool done = true;
-  const int32_t end = a.cta_begin[cta + 1];
-  for (int32_t i = a.cta_begin[cta]; i < end;) {
+  const int32_t begin = a.cta_begin[cta], end = a.cta_begin[cta + 1];
+  for (int32_t i = begin; i < end;) {
     const MonoTask t = a.tasks[i];
     const MonoOp& op = a.ops[t.op];
-    // up to op.groups consecutive tasks of this op run side by side, one group each (one at a
-    // time in the serialized mode)
+    // the run of consecutive tasks of this op in the list (one in the serialized mode) waits once;
+    // up to op.groups groups run it side by side, group k taking tasks k, k + G, ... of the run
+    // without CTA barriers in between (an item that ends early does not hold its group back)
     int n = 1;
     if (!a.serialized)
-      while (n < op.groups && i + n < end && a.tasks[i + n].op == t.op) ++n;
+      while (i + n < end && a.tasks[i + n].op == t.op) ++n;
+    const int G = min(n, int(op.groups));
     // the params do not depend on the wait: warp 1 stages them while thread 0 polls
     if (tid >= 32 && tid < 32 + kParamBytes / 16)
       reinterpret_cast<uint4*>(params_s)[tid - 32] = reinterpret_cast<const uint4*>(op.params)[tid - 32];
@@ -139,8 +144,6 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
       if (a.trace)
         for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item)] = global_ns();
       go = wait_for(a, op, t.op, t.item, epoch, cta, i) ? 1 : 0;
-      if (a.trace)
-        for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item) + 1] = global_ns();
     }
     __syncthreads();
     if (!go) {
@@ -148,16 +151,22 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
       break;
     }
     const int g = tid / op.threads;
-    if (g < n)
-      run_op(OpCode(op.code), params_s, a.tasks[i + g].item, Group{tid - g * op.threads, op.threads, 1 + g},
-             smem + size_t(g) * op.smem);
+    if (g < G) {
+      const Group grp{tid - g * op.threads, op.threads, 1 + g};
+      for (int k = g; k < n; k += G) {
+        if (k > g) grp.sync();  // the group's shared memory is reused by its next item
+        const int32_t item = a.tasks[i + k].item;
+        unsigned long long* st = a.trace ? a.trace + 3 * (int64_t(op.first_task) + item) : nullptr;
+        if (st && grp.tid == 0) st[1] = global_ns();
+        run_op(OpCode(op.code), item, grp, smem + size_t(g) * op.smem);
+        if (st && grp.tid == 0) st[2] = global_ns();
+      }
+    }
     __syncthreads();
     if (tid == 0) {
       // the CTA's outputs (ordered before the barrier) are visible GPU-wide before the counter
       // moves: the barrier, then one fence and the release add (as cooperative groups' grid sync)
       __threadfence();
-      if (a.trace)
-        for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item) + 2] = global_ns();
       red_release_add(a.counters + size_t(t.op) * kCounterStride, (unsigned long long)n);
       if (a.serialized) red_release_add(a.seq, 1ull);
     }

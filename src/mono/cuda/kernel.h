@@ -1,10 +1,11 @@
 // The mono persistent kernel's interface (kernel.cu): one cooperative launch of `grid` CTAs of
-// kCtaThreads threads runs a task table (mono/task_table.h). CTA c walks its task list in order:
-// its thread 0 waits (acquire loads, bounded) until the op it depends on has completed `epoch`
-// times its items, the CTA synchronizes, the op's group (threads 0 .. op.threads - 1, named
-// barrier 1) runs the item, every thread fences its writes, the CTA synchronizes, thread 0 adds 1
-// to the op's counter (release). A wait past the watchdog records the task and the counter in the
-// error record (mapped host memory), raises the abort word, and every CTA stops at its next wait.
+// kCtaThreads threads runs a task table (mono/task_table.h). CTA c walks its task list in runs of
+// consecutive tasks of one op: its thread 0 waits (acquire loads, bounded) until the op the run
+// depends on has completed `epoch` times its items, the CTA synchronizes, up to op.groups groups
+// (threads k*op.threads .., named barrier 1 + k) run the run's items (group k: items k, k + G, ...),
+// the CTA synchronizes, thread 0 fences and adds the run's length to the op's counter (release). A
+// wait past the watchdog records the task and the counter in the error record (mapped host
+// memory), raises the abort word, and every CTA stops at its next wait.
 #pragma once
 #include <cstdint>
 
@@ -36,8 +37,9 @@ struct KernelArgs {
   uint64_t watchdog_ns = 0;
   int serialized = 0;
   int fault_op = -1;
-  // Optional: per task (its global order) three globaltimer stamps, ns: wait begins, item begins,
-  // item ends (written by the CTA's thread 0).
+  uint32_t poll_ns = 32;  // sleep between two polls of a waiting thread 0
+  // Optional: per task (its global order) three globaltimer stamps, ns: its run's wait begins
+  // (the CTA's thread 0), the item begins and ends (its group's thread 0).
   unsigned long long* trace = nullptr;
 };
 

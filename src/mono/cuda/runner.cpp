@@ -77,6 +77,7 @@ class Runner final : public MonoRunner {
     a.watchdog_ns = uint64_t(opt_.watchdog_ms * 1e6);
     a.serialized = opt_.serialized ? 1 : 0;
     a.fault_op = opt_.fault_op;
+    a.poll_ns = uint32_t(opt_.poll_ns);
     a.trace = opt_.trace ? p.trace.get<unsigned long long>() : nullptr;
     launch_kernel(a, grid_, p.table.max_smem, stream);
     last_ = &p;
@@ -129,9 +130,11 @@ class Runner final : public MonoRunner {
 
   std::string describe() const override {
     if (!last_) return fmt::format("mono: {} CTAs x {} threads, no program yet", grid_, kCtaThreads);
-    return fmt::format("mono: {} CTAs x {} threads, {} ops, {} tasks, {} B shared memory, serialized {}", grid_,
-                       kCtaThreads, last_->table.ops.size(), last_->table.num_tasks(), last_->table.max_smem,
-                       opt_.serialized);
+    return fmt::format(
+        "mono: {} CTAs x {} threads, {} ops, {} tasks, {} B shared memory, serialized {}, poll sleep {} ns, "
+        "placement {} ({} CTAs reserved for ops of at most {} items)",
+        grid_, kCtaThreads, last_->table.ops.size(), last_->table.num_tasks(), last_->table.max_smem, opt_.serialized,
+        opt_.poll_ns, opt_.place.pin ? "by op code" : "round robin", opt_.place.reserve, opt_.place.small);
   }
 
  private:
@@ -157,7 +160,7 @@ class Runner final : public MonoRunner {
     p->plan = &plan;
     p->num_ops = plan.ops.size();
     p->table = build_task_table(std::span<const native::OpCall>(&*first, size_t(last - first)), grid_, kCtaThreads,
-                                max_smem_, &why);
+                                max_smem_, &why, opt_.place);
     if (p->table.max_smem > max_smem_)
       why.push_back(fmt::format("an op needs {} B of shared memory, the kernel has {}", p->table.max_smem, max_smem_));
     if (why.empty())
@@ -244,6 +247,7 @@ std::variant<std::unique_ptr<MonoRunner>, Refusal> create(const native::ForwardM
     r.reasons.push_back(fmt::format("rules: {} rows of {} query tokens (mono v0 serves 1 .. 4 rows of 1)",
                                     opt.rules.max_rows, opt.rules.max_query_len));
   if (!(opt.watchdog_ms > 0)) r.reasons.push_back(fmt::format("watchdog of {} ms", opt.watchdog_ms));
+  if (opt.poll_ns < 0 || opt.poll_ns > 1000000) r.reasons.push_back(fmt::format("poll sleep {} ns", opt.poll_ns));
   const int optin = kernel_max_dynamic_smem();
   const int per_sm = kernel_ctas_per_sm(optin);
   const int capacity = per_sm * m.sms();

@@ -1,0 +1,13 @@
+// Mono options from text: "key=value/key=value" (the bench's path variants, e.g.
+// `--paths mono,mono:reserve=4/small=8`). Keys: poll_ns, pin (0/1), reserve, small, grid,
+// serialized (0/1), watchdog_ms. An unknown key or a bad value is an error naming it.
+#pragma once
+#include <string>
+
+#include "mono/mono.h"
+
+namespace m3::mono {
+
+MonoOptions parse_options(const std::string& text, MonoOptions base = {});
+
+}  // namespace m3::mono
