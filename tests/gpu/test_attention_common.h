@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <cstdlib>
 #include <random>
 #include <utility>
 #include <vector>
@@ -50,7 +51,12 @@ struct DevBuf {
 struct Rng {
   uint32_t seed;
   std::mt19937 gen;
-  Rng() : seed(std::random_device{}()), gen(seed) {}
+  // fresh each run; M3_TEST_SEED (the value a failing run printed) replays one
+  Rng() : seed(initial_seed()), gen(seed) {}
+  static uint32_t initial_seed() {
+    if (const char* s = std::getenv("M3_TEST_SEED")) return uint32_t(std::strtoul(s, nullptr, 10));
+    return std::random_device{}();
+  }
   float normal(float sd = 1.0f) { return std::normal_distribution<float>(0.f, sd)(gen); }
   float uniform(float a, float b) { return std::uniform_real_distribution<float>(a, b)(gen); }
   int uniform_int(int a, int b) { return std::uniform_int_distribution<int>(a, b)(gen); }
