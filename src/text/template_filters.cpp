@@ -559,7 +559,8 @@ static const std::map<std::string, TestFn, std::less<>>& tests() {
     t["mapping"] = simple("mapping", [](const Value& v) { return v.is_dict(); });
     t["iterable"] = simple("iterable", [](const Value& v) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); });
     t["sequence"] = simple("sequence", [](const Value& v) { return v.is_string() || v.is_list() || v.is_dict(); });
-    t["callable"] = simple("callable", [](const Value& v) { return v.is_callable(); });
+    // jinja2's Undefined defines __call__ (raising), so callable() holds for it
+    t["callable"] = simple("callable", [](const Value& v) { return v.is_callable() || v.is_undefined(); });
     t["escaped"] = simple("escaped", [](const Value&) { return false; });
     t["lower"] = simple("lower", [](const Value& v) {
       std::string s = to_str(v);

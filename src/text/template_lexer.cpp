@@ -56,9 +56,9 @@ class Lexer {
   std::vector<size_t> line_starts_;
   std::vector<Token> out_;
 
-  [[noreturn]] void fail(size_t at, const std::string& msg) {
+  [[noreturn]] void fail(size_t at, const std::string& msg, TemplateError::Kind k = TemplateError::Kind::Syntax) {
     auto [l, c] = position(at);
-    throw TemplateError(TemplateError::Kind::Syntax, l, c, msg);
+    throw TemplateError(k, l, c, msg);
   }
 
   std::pair<int, int> position(size_t at) const {
@@ -316,7 +316,7 @@ class Lexer {
           utf8_append(out, v);
           break;
         }
-        case 'N': fail(at, "unsupported construct: \\N{...} escape in string");
+        case 'N': fail(at, "unsupported construct: \\N{...} escape in string", TemplateError::Kind::Unsupported);
         default:
           if (e >= '0' && e <= '7') {
             char32_t v = static_cast<char32_t>(e - '0');
