@@ -1,0 +1,69 @@
+#pragma once
+// The renderer of the chat-template engine: runs a parsed template over a context, with jinja2's
+// scoping (a for-loop body and a macro body get their own scope, if does not), default Undefined
+// semantics, and bounds on output size, work and call depth so a hostile template ends in an error.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "text/template_parser.h"
+#include "text/template_value.h"
+
+namespace m3::text::tmpl {
+
+struct RenderLimits {
+  size_t max_output_bytes = size_t{64} << 20;  // all text written (macro bodies included) and every string built
+  uint64_t max_steps = 20'000'000;             // statements run + loop iterations + calls
+  int max_call_depth = 100;                    // nested macro calls
+};
+
+struct Frame;
+
+class Renderer {
+ public:
+  Renderer(const Program& program, Value context, const RenderLimits& limits);
+  ~Renderer();
+  std::string run();
+
+  // For builtins.
+  Value call(const Value& fn, CallArgs& args);
+  void check_size(size_t bytes) const;
+  void step();
+
+ private:
+  enum class Flow { Normal, Break, Continue };
+  struct Scope;
+
+  const Program& program_;
+  Value context_;
+  RenderLimits limits_;
+  uint64_t steps_ = 0;
+  size_t written_ = 0;
+  int call_depth_ = 0;
+  std::string* out_ = nullptr;
+  std::shared_ptr<Frame> frame_;
+  const std::string* block_input_ = nullptr;
+
+  Flow exec_body(const Body& body);
+  Flow exec(const Node& n);
+  void write(std::string_view s);
+  void exec_for(const Node& n);
+  void assign(const Node& n, Value v);
+  Value render_block(const Body& body, const std::shared_ptr<Frame>& frame);
+  Value make_macro(std::shared_ptr<const struct MacroDef> def, std::shared_ptr<Frame> closure);
+  Value invoke_macro(const MacroDef& def, const std::shared_ptr<Frame>& closure, CallArgs& args);
+
+  Value eval(const Expr& e);
+  Value eval_inner(const Expr& e);
+  Value lookup(const std::string& name);
+  CallArgs eval_args(const Expr& e, size_t first);
+  Value binary(const std::string& op, const Value& a, const Value& b);
+  bool compare(const std::string& op, const Value& a, const Value& b);
+};
+
+// obj.name / obj[key] with jinja2's lookup rules (attribute first for ".", item first for "[]").
+Value get_attr(const Value& obj, const std::string& name);
+Value get_item(const Value& obj, const Value& key);
+Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+
+}  // namespace m3::text::tmpl

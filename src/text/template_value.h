@@ -1,0 +1,121 @@
+#pragma once
+// Values of the chat-template engine: Python's types as Jinja2 sees them (None, bool, int, float,
+// str, list, tuple, dict with insertion order) plus jinja2's default Undefined, namespaces and
+// callables (macros, bound methods, globals).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace m3::text::tmpl {
+
+struct Value;
+class Renderer;
+
+struct Undefined {
+  std::string hint;  // the message an operation that needs a value fails with
+};
+
+struct ListData {
+  std::vector<Value> items;
+  bool tuple = false;
+};
+
+struct DictData {
+  std::vector<std::pair<std::string, Value>> items;
+  const Value* find(std::string_view key) const;
+  Value* find(std::string_view key);
+  void set(std::string key, Value value);
+};
+
+struct NamespaceData {
+  std::shared_ptr<DictData> attrs;
+};
+
+struct CallArgs {
+  std::vector<Value> pos;
+  std::vector<std::pair<std::string, Value>> kw;
+};
+
+struct CallableData {
+  std::string name;
+  std::function<Value(CallArgs&, Renderer&)> fn;
+};
+
+using ListPtr = std::shared_ptr<ListData>;
+using DictPtr = std::shared_ptr<DictData>;
+using NamespacePtr = std::shared_ptr<NamespaceData>;
+using CallablePtr = std::shared_ptr<CallableData>;
+
+struct Value {
+  enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Namespace, Callable };
+  std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string, ListPtr, DictPtr,
+               NamespacePtr, CallablePtr>
+      v;
+
+  Value() : v(Undefined{}) {}
+  Value(std::nullptr_t) : v(nullptr) {}
+  Value(bool b) : v(b) {}
+  Value(int i) : v(static_cast<int64_t>(i)) {}
+  Value(int64_t i) : v(i) {}
+  Value(double d) : v(d) {}
+  Value(std::string s) : v(std::move(s)) {}
+  Value(const char* s) : v(std::string(s)) {}
+  Value(ListPtr l) : v(std::move(l)) {}
+  Value(DictPtr d) : v(std::move(d)) {}
+  Value(NamespacePtr n) : v(std::move(n)) {}
+  Value(CallablePtr c) : v(std::move(c)) {}
+  Value(Undefined u) : v(std::move(u)) {}
+
+  static Value undefined(std::string hint) { return Value(Undefined{std::move(hint)}); }
+  static Value list(std::vector<Value> items, bool tuple = false);
+  static Value dict();
+  static Value callable(std::string name, std::function<Value(CallArgs&, Renderer&)> fn);
+
+  Kind kind() const { return static_cast<Kind>(v.index()); }
+  bool is_undefined() const { return kind() == Kind::Undefined; }
+  bool is_none() const { return kind() == Kind::None; }
+  bool is_bool() const { return kind() == Kind::Bool; }
+  bool is_int() const { return kind() == Kind::Int; }
+  bool is_float() const { return kind() == Kind::Float; }
+  bool is_number() const { return is_bool() || is_int() || is_float(); }
+  bool is_string() const { return kind() == Kind::String; }
+  bool is_list() const { return kind() == Kind::List; }
+  bool is_dict() const { return kind() == Kind::Dict; }
+  bool is_namespace() const { return kind() == Kind::Namespace; }
+  bool is_callable() const { return kind() == Kind::Callable; }
+
+  bool as_bool() const { return std::get<bool>(v); }
+  int64_t as_int() const { return std::get<int64_t>(v); }
+  double as_float() const { return std::get<double>(v); }
+  const std::string& str() const { return std::get<std::string>(v); }
+  const ListPtr& list_ptr() const { return std::get<ListPtr>(v); }
+  const DictPtr& dict_ptr() const { return std::get<DictPtr>(v); }
+  const NamespacePtr& ns_ptr() const { return std::get<NamespacePtr>(v); }
+  const CallablePtr& callable_ptr() const { return std::get<CallablePtr>(v); }
+  const std::string& undefined_hint() const { return std::get<Undefined>(v).hint; }
+};
+
+// Python's type name, as used in error messages ("dict object", "str", ...).
+std::string type_name(const Value& v);
+// Raises the undefined error of v (v must be undefined).
+[[noreturn]] void fail_undefined(const Value& v);
+
+bool truthy(const Value& v);
+// str(v) and repr(v) as Python prints them; undefined prints as "".
+std::string to_str(const Value& v);
+std::string repr(const Value& v);
+std::string py_float_repr(double d);
+// Python ==, and <, for the types Jinja2 compares (raises ValueError for unorderable types).
+bool equals(const Value& a, const Value& b);
+bool less(const Value& a, const Value& b);
+// The items a for loop sees: list/tuple items, dict keys, string characters; undefined is empty.
+std::vector<Value> iterate(const Value& v);
+// len(); raises for types without one.
+int64_t length(const Value& v);
+
+}  // namespace m3::text::tmpl
