@@ -69,6 +69,10 @@ void split_added_tokens(std::string_view s, const TokenMatcher& m, const std::ve
   size_t start_offset = 0;  // end of the last emitted segment
   size_t i = 0;
   while (i < s.size()) {
+    if (!m.may_start(s[i])) {
+      ++i;
+      continue;
+    }
     int32_t index = -1;
     size_t len = m.longest_at(s, i, index);
     if (len == 0) {

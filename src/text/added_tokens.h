@@ -30,6 +30,7 @@ class TokenMatcher {
   // (pattern, value) pairs; empty patterns are ignored.
   void build(const std::vector<std::pair<std::string, int32_t>>& patterns);
   bool empty() const { return nodes_.size() <= 1; }
+  bool may_start(char c) const { return first_[static_cast<unsigned char>(c)]; }
   // The longest pattern that starts at s[i]: its length (0 when none) and value.
   size_t longest_at(std::string_view s, size_t i, int32_t& value) const;
 

@@ -134,7 +134,7 @@ void Bpe::disable_merge_for_test(size_t rank) {
 }
 
 std::optional<int32_t> Bpe::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(std::string(token));
+  auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -147,18 +147,16 @@ const std::string* Bpe::id_to_token(int32_t id) const {
 void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    auto it = vocab_.find(std::string(word));
+    auto it = vocab_.find(word);
     if (it != vocab_.end()) {
       out.push_back(it->second);
       return;
     }
   }
   bool cacheable = word.size() < kCacheMaxBytes;
-  std::string key;
   if (cacheable) {
-    key.assign(word);
     std::lock_guard<std::mutex> lk(cache_mu_);
-    auto it = cache_.find(key);
+    auto it = cache_.find(word);
     if (it != cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
@@ -168,7 +166,7 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   merge_word(word, out);
   if (cacheable) {
     std::lock_guard<std::mutex> lk(cache_mu_);
-    if (cache_.size() < kCacheWords) cache_.emplace(std::move(key), std::vector<int32_t>(out.begin() + long(start), out.end()));
+    if (cache_.size() < kCacheWords) cache_.emplace(std::string(word), std::vector<int32_t>(out.begin() + long(start), out.end()));
   }
 }
 
@@ -196,7 +194,7 @@ void Bpe::merge_word(std::string_view w, std::vector<int32_t>& out) const {
       if (cp < 0x10000) {
         id = char_id_[cp];
       } else {
-        auto it = vocab_.find(std::string(w.substr(i, n)));
+        auto it = vocab_.find(w.substr(i, n));
         if (it != vocab_.end()) id = it->second;
       }
     } else {

@@ -17,6 +17,14 @@
 
 namespace m3::text {
 
+// Hash for string maps that are looked up by string_view without a copy.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+template <class V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
 class Bpe {
  public:
   // Parses the "model" object; errors name the field ("model.merges[12]", ...).
@@ -28,7 +36,7 @@ class Bpe {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   const std::string* id_to_token(int32_t id) const;  // nullptr when no token has that id
   size_t size() const { return vocab_.size(); }      // number of vocab entries (HF's vocab size)
-  const std::unordered_map<std::string, int32_t>& vocab() const { return vocab_; }
+  const StringMap<int32_t>& vocab() const { return vocab_; }
 
   // Tests: drop the merge of rank `rank` (to prove the exactness tests can fail).
   void disable_merge_for_test(size_t rank);
@@ -46,7 +54,7 @@ class Bpe {
   };
   static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
-  std::unordered_map<std::string, int32_t> vocab_;
+  StringMap<int32_t> vocab_;
   std::unordered_map<int32_t, std::string> vocab_r_;
   std::unordered_map<uint64_t, MergeTo> merges_;
   std::vector<uint64_t> merge_keys_;    // by rank
@@ -57,7 +65,7 @@ class Bpe {
 
   // word -> ids; bounded like tokenizers' (10 000 words of under 256 bytes)
   mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable StringMap<std::vector<int32_t>> cache_;
 };
 
 }  // namespace m3::text

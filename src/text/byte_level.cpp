@@ -36,7 +36,16 @@ int byte_level_byte(uint32_t cp) { return cp < 512 ? tables().to_byte[cp] : -1; 
 
 void byte_level_encode(std::string_view bytes, std::string& out) {
   const auto& t = tables();
-  for (char c : bytes) out += t.to_utf8[static_cast<unsigned char>(c)];
+  size_t at = out.size();
+  out.resize(at + bytes.size() * 2);
+  char* d = out.data() + at;
+  for (char c : bytes) {
+    const std::string& u = t.to_utf8[static_cast<unsigned char>(c)];
+    d[0] = u[0];
+    if (u.size() == 2) d[1] = u[1];
+    d += u.size();
+  }
+  out.resize(size_t(d - out.data()));
 }
 
 void byte_level_decode_token(std::string_view token, std::string& out) {

@@ -78,7 +78,7 @@ bool PreTokenizer::byte_level() const {
   return false;
 }
 
-void PreTokenizer::split(const Step& st, std::string_view s, std::vector<std::string>& out) {
+void PreTokenizer::split(const Step& st, std::string_view s, std::vector<std::string_view>& out) {
   struct Span {
     size_t a, b;
     bool match;
@@ -99,7 +99,7 @@ void PreTokenizer::split(const Step& st, std::string_view s, std::vector<std::st
     for (auto& sp : spans) sp.match = !sp.match;
 
   auto emit = [&](size_t a, size_t b) {
-    if (b > a) out.emplace_back(s.substr(a, b - a));
+    if (b > a) out.push_back(s.substr(a, b - a));
   };
   switch (st.kind == Kind::Split ? st.behavior : Behavior::Isolated) {
     case Behavior::Isolated:
@@ -138,32 +138,44 @@ void PreTokenizer::split(const Step& st, std::string_view s, std::vector<std::st
   }
 }
 
-void PreTokenizer::run(std::string_view text, std::vector<std::string>& out) const {
-  std::vector<std::string> cur, next;
+void PreTokenizer::run(std::string_view text, Words& w) const {
+  w.words.clear();
   if (text.empty()) return;
-  cur.emplace_back(text);
+  w.words.push_back(text);
   for (const Step& st : steps_) {
-    next.clear();
+    w.tmp.clear();
     if (st.kind == Kind::Split) {
-      for (const auto& p : cur) split(st, p, next);
-    } else {
-      std::vector<std::string> parts;
-      for (auto& p : cur) {
-        if (st.add_prefix_space && p[0] != ' ') p.insert(p.begin(), ' ');
-        parts.clear();
-        if (st.use_regex) split(st, p, parts);
-        else parts.push_back(std::move(p));
-        for (const auto& q : parts) {
-          std::string b;
-          b.reserve(q.size() * 2);
-          byte_level_encode(q, b);
-          next.push_back(std::move(b));
-        }
-      }
+      for (std::string_view p : w.words) split(st, p, w.tmp);
+      std::swap(w.words, w.tmp);
+      continue;
     }
-    std::swap(cur, next);
+    // ByteLevel: rewritten words go to a fresh buffer (the old words may point into w.buf)
+    std::string nb;
+    size_t total = 0;
+    for (std::string_view p : w.words) total += p.size() + 1;
+    nb.reserve(total * 2);
+    w.spans.clear();
+    for (std::string_view p : w.words) {
+      std::string_view q = p;
+      if (st.add_prefix_space && p[0] != ' ') {
+        w.scratch.assign(1, ' ');
+        w.scratch.append(p);
+        q = w.scratch;
+      }
+      size_t first = w.tmp.size();
+      if (st.use_regex) split(st, q, w.tmp);
+      else w.tmp.push_back(q);
+      for (size_t k = first; k < w.tmp.size(); ++k) {
+        size_t at = nb.size();
+        byte_level_encode(w.tmp[k], nb);
+        w.spans.emplace_back(at, nb.size() - at);
+      }
+      w.tmp.resize(first);
+    }
+    w.buf = std::move(nb);
+    w.words.clear();
+    for (auto [at, n] : w.spans) w.words.emplace_back(w.buf.data() + at, n);
   }
-  for (auto& p : cur) out.push_back(std::move(p));
 }
 
 }  // namespace m3::text

@@ -16,11 +16,19 @@ namespace m3::text {
 // GPT-2's split pattern, which ByteLevel uses when use_regex is true.
 extern const char* const kGpt2Pattern;
 
+// The words of one run: views into the input text or into `buf` (when a step rewrote them).
+struct Words {
+  std::vector<std::string_view> words;
+  std::string buf, scratch;
+  std::vector<std::string_view> tmp;
+  std::vector<std::pair<size_t, size_t>> spans;
+};
+
 class PreTokenizer {
  public:
   static PreTokenizer from_json(const nlohmann::json& j, const std::string& field = "pre_tokenizer");
-  // Splits text (valid UTF-8) into the words the model encodes; appends them to `out`.
-  void run(std::string_view text, std::vector<std::string>& out) const;
+  // Splits text (valid UTF-8, alive while `out` is used) into the words the model encodes.
+  void run(std::string_view text, Words& out) const;
   bool byte_level() const;  // some step maps to the byte-level alphabet
 
  private:
@@ -33,7 +41,7 @@ class PreTokenizer {
     bool invert = false, add_prefix_space = false, use_regex = true;
   };
   void add(const nlohmann::json& j, const std::string& field);
-  static void split(const Step& st, std::string_view s, std::vector<std::string>& out);
+  static void split(const Step& st, std::string_view s, std::vector<std::string_view>& out);
   std::vector<Step> steps_;
 };
 

@@ -158,7 +158,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
   std::vector<Segment> raw, norm;
-  std::vector<std::string> words;
+  Words words;
   split_added_tokens(text, raw_matcher_, added_, raw);
   for (const Segment& seg : raw) {
     if (seg.id >= 0) {
@@ -178,9 +178,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
         ids.push_back(s.id);
         continue;
       }
-      words.clear();
       pre_.run(s.text, words);
-      for (const auto& w : words) model_->encode_word(w, ids);
+      for (std::string_view w : words.words) model_->encode_word(w, ids);
     }
   }
   if (add_special_tokens) post_.apply(ids);

@@ -1,5 +1,7 @@
 #include "text/utf8.h"
 
+#include <cstring>
+
 #include "core/check.h"
 
 namespace m3::text {
@@ -53,6 +55,13 @@ size_t utf8_char_len(std::string_view s, size_t i) {
 size_t utf8_invalid_at(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
+    while (i + 8 <= s.size()) {  // ASCII runs, eight bytes at a time
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      if (w & 0x8080808080808080ull) break;
+      i += 8;
+    }
+    if (i >= s.size()) break;
     if (static_cast<unsigned char>(s[i]) < 0x80) {
       ++i;
       continue;
