@@ -20,6 +20,8 @@
 
 #include "common/temp_dir.h"
 #include "core/check.h"
+#include "text/m3_tokens.h"
+#include "text/tiny_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
 
@@ -384,6 +386,30 @@ TEST(Tokenizer, Utf8LossyAndStreamAgree) {
   EXPECT_EQ(utf8_lossy("\xE2\x82"), "\xEF\xBF\xBD");        // one maximal subpart
   EXPECT_EQ(utf8_lossy("\xE2\x82" "a"), "\xEF\xBF\xBD" "a");
   EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate: three
+}
+
+// make-tiny's tokenizer: M3's layout sized to the vocabulary, config's BOS/EOS on M3's markers.
+TEST(Tokenizer, TinyTokenizerFitsTheVocabulary) {
+  Tokenizer t = Tokenizer::from_json_text(tiny_tokenizer_json(1024, 1, 2), 1024);
+  EXPECT_EQ(t.token_to_id("]~!b["), 1);
+  EXPECT_EQ(t.token_to_id("[e~["), 2);
+  const auto& added = m3_added_tokens();
+  // the other 59 right after the merges, the last at 1020 (as 200060 of 200064), 3 rows of padding
+  EXPECT_EQ(t.token_to_id(added.front().content), 1024 - 3 - int(added.size()) + 2);
+  EXPECT_EQ(t.token_to_id(added.back().content), 1024 - 4);
+  EXPECT_FALSE(t.id_to_token(1023).has_value());
+  std::string text = "]~!b[]~b]user\nHello, world! 你好 😀<mm:think>x</mm:think>[e~[";
+  std::vector<int32_t> ids = t.encode(text);
+  EXPECT_EQ(t.decode(ids), text);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids.back(), 2);
+  EXPECT_LT(ids.size(), text.size() / 2) << "the merges should compress English";
+  try {
+    tiny_tokenizer_json(300, 1, 2);
+    ADD_FAILURE() << "a 300-row vocabulary took a byte-level BPE";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs at least 320"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
