@@ -4,14 +4,26 @@
 #include <pcre2.h>
 
 #include "core/check.h"
+#include "text/unicode_delta.h"
 
 namespace m3::text {
 namespace {
 
 constexpr const char* kSpace = "\\p{White_Space}";
 constexpr const char* kNotSpace = "\\P{White_Space}";
-constexpr const char* kWord = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
 constexpr const char* kHex = "0-9a-fA-F";
+
+// \p{name} plus the code points Oniguruma has in it beyond PCRE2's tables (class-body syntax).
+std::string prop_body(const std::string& name) {
+  std::string out = "\\p{" + name + "}";
+  for (const auto& d : unicode_category_deltas())
+    if (name == d.category) out += d.ranges;
+  return out;
+}
+
+bool has_delta(const std::string& name) { return prop_body(name).size() > name.size() + 4; }
+
+std::string word_body() { return prop_body("L") + prop_body("M") + prop_body("Nd") + prop_body("Pc"); }
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buf[256];
@@ -34,10 +46,15 @@ std::string onig_to_pcre2(const std::string& p, const std::string& what) {
       switch (e) {
         case 's': out += in_class ? std::string(kSpace) : std::string("[") + kSpace + "]"; break;
         case 'S': out += in_class ? std::string(kNotSpace) : std::string("[") + kNotSpace + "]"; break;
-        case 'w': out += in_class ? std::string(kWord) : std::string("[") + kWord + "]"; break;
+        case 'w': out += in_class ? word_body() : "[" + word_body() + "]"; break;
+        case 'd': out += in_class ? prop_body("Nd") : "[" + prop_body("Nd") + "]"; break;
+        case 'D':
+          M3_CHECK(!in_class, "{}: \\D inside a character class is not supported (pattern '{}')", what, p);
+          out += "[^" + prop_body("Nd") + "]";
+          break;
         case 'W':
           M3_CHECK(!in_class, "{}: \\W inside a character class is not supported (pattern '{}')", what, p);
-          out += std::string("[^") + kWord + "]";
+          out += "[^" + word_body() + "]";
           break;
         case 'h': out += in_class ? std::string(kHex) : std::string("[") + kHex + "]"; break;
         case 'H':
@@ -53,6 +70,25 @@ std::string onig_to_pcre2(const std::string& p, const std::string& what) {
           break;
         case 'p':
         case 'P':
+          if (i + 1 < p.size() && p[i + 1] == '{') {
+            size_t close = p.find('}', i + 1);
+            M3_CHECK(close != std::string::npos, "{}: unterminated \\{}{{...}} in pattern '{}'", what, e, p);
+            std::string name = p.substr(i + 2, close - i - 2);
+            i = close;
+            if (!has_delta(name)) {
+              out += std::string("\\") + e + "{" + name + "}";
+            } else if (e == 'p') {
+              out += in_class ? prop_body(name) : "[" + prop_body(name) + "]";
+            } else {
+              M3_CHECK(!in_class, "{}: \\P{{{}}} inside a character class is not supported (pattern '{}')", what,
+                       name, p);
+              out += "[^" + prop_body(name) + "]";
+            }
+            break;
+          }
+          out += '\\';
+          out += e;
+          break;
         case 'x':
           out += '\\';
           out += e;

@@ -110,7 +110,7 @@ Cases& cases() {
 std::vector<int32_t> ids_of(const json& a) { return a.get<std::vector<int32_t>>(); }
 
 struct Tally {
-  size_t compared = 0, failed = 0;
+  size_t compared = 0, failed = 0, skipped_nfc = 0;
   bool report(const std::string& what, const std::string& diff, const json& row) {
     ++compared;
     if (diff.empty()) return true;
@@ -129,6 +129,10 @@ Tally check_encodes(const std::string& only_layout = "", bool expect_failures = 
     if (!only_layout.empty() && layout != only_layout) continue;
     const Tokenizer& tok = *c.tok[layout];
     std::string text = row["text"];
+    if (row.value("nfc_old_tables", false)) {  // the library's NFC lacks newer combining classes
+      ++t.skipped_nfc;
+      continue;
+    }
     std::vector<int32_t> got = tok.encode(text, true), plain = tok.encode(text, false);
     if (expect_failures) {
       t.compared += 2;
@@ -153,8 +157,9 @@ TEST(Tokenizer, EncodeDecodeEqualTokenizersLibrary) {
   size_t strings = 0, round_trips = 0;
   for (const json& row : c.rows)
     if (row["kind"] == "text") ++strings, round_trips += row["round_trip"].get<bool>();
-  std::printf("compared %zu strings over 4 layouts (%zu round-trip in the library): %zu comparisons, %zu failed\n",
-              strings, round_trips, t.compared, t.failed);
+  std::printf("compared %zu strings over 4 layouts (%zu round-trip in the library): %zu comparisons, %zu failed; "
+              "%zu skipped (the library's NFC tables are older than Unicode 14's)\n",
+              strings, round_trips, t.compared, t.failed, t.skipped_nfc);
   EXPECT_EQ(t.failed, 0u);
   EXPECT_GT(strings, 1000u);
 }

@@ -6,9 +6,12 @@ files and strings and must agree exactly).
 
 Writes OUT_DIR/<layout>/tokenizer.json for each layout and OUT_DIR/cases.jsonl, one JSON object a
 line: {"layout", "kind": "text", "text", "ids", "ids_plain", "decoded", "decoded_skip",
-"round_trip"} (ids: add_special_tokens=True, ids_plain: False; decoded*: decode(ids_plain) without
+"round_trip"[, "nfc_old_tables"]} (ids: add_special_tokens=True, ids_plain: False; decoded*: decode(ids_plain) without
 and with skip_special_tokens; round_trip: decode(ids_plain) == text) or {"layout", "kind": "ids",
 "ids", "decoded", "decoded_skip"} (random id sequences, to test decoding of byte soup).
+The corpus: fixed strings, paragraphs of realistic text, and --random random strings per layout
+(code points from every plane, random bytes read as UTF-8 with replacement and as Latin-1, and
+fragments glued together: markers inside text, whitespace runs, digits, scripts, emoji).
 The seed is fresh each run unless --seed or M3_TOKENIZER_SEED fixes it; it is printed first.
 
 Layouts:
@@ -16,9 +19,11 @@ Layouts:
          ByteLevel(add_prefix_space=False, use_regex=False), ByteLevel decoder and post-processor,
          M3's 61 added tokens right after the trained vocabulary (special and non-special).
   gpt2   GPT-2's layout: ByteLevel(add_prefix_space=True) alone (its built-in regex), merges
-         written in the legacy "a b" spelling, added tokens with lstrip/rstrip/single_word.
+         written in the legacy "a b" spelling, added tokens with lstrip/rstrip/single_word and
+         one that is a prefix of another (longest match).
   nfc    the m3 model with an NFC normalizer, ignore_merges, normalized added tokens (one whose
-         normalized form differs), and a TemplateProcessing post-processor adding BOS/EOS.
+         normalized form differs), 20 of M3's tokens, and a TemplateProcessing post-processor
+         adding BOS/EOS.
   splits the m3 model behind other Split behaviors (MergedWithNext, Contiguous with invert,
          Removed, MergedWithPrevious on a String pattern) and ByteLevel with add_prefix_space.
 """
@@ -34,6 +39,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 # The o200k_base-style pattern M3's tokenizer.json uses (ecosystem-notes.md 1.1: the letter
 # alternatives with case classes and contractions, digits in threes, punctuation runs, newline
 # runs, the look-ahead whitespace rule).
+NFC = normalizers.NFC()
+
 M3_PATTERN = (
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -244,7 +251,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--random", type=int, default=400, help="random strings per layout")
+    ap.add_argument("--random", type=int, default=int(os.environ.get("M3_TOKENIZER_RANDOM", 400)),
+                    help="random strings per layout (default: M3_TOKENIZER_RANDOM or 400)")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else int(os.environ.get("M3_TOKENIZER_SEED", random.SystemRandom().randrange(1 << 31)))
     print(f"seed {seed} (set M3_TOKENIZER_SEED={seed} to repeat)", flush=True)
@@ -263,6 +271,10 @@ def main():
                 dec = tok.decode(plain, skip_special_tokens=False)
                 rec = {"layout": name, "kind": "text", "text": t, "ids": ids, "ids_plain": plain, "decoded": dec,
                        "decoded_skip": tok.decode(plain, skip_special_tokens=True), "round_trip": dec == t}
+                if name == "nfc" and NFC.normalize_str(t) != unicodedata.normalize("NFC", t):
+                    # tokenizers' NFC tables predate some combining classes (U+07FD, ...): flagged,
+                    # the C++ test reports and skips these encodes
+                    rec["nfc_old_tables"] = True
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 n_text += 1
             vocab = tok.get_vocab_size(with_added_tokens=True)
