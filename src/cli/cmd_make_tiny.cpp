@@ -1,13 +1,18 @@
 // `m3mono make-tiny --out DIR [--seed N] [--preset NAME]`: writes a synthetic checkpoint in the
 // released layout (config.json + model.safetensors) that the loader accepts; see
-// model/synthetic.h for the presets and what the files hold.
+// model/synthetic.h for the presets and what the files hold. A tokenizer.json in M3's layout,
+// sized to the preset's vocabulary, goes with it (text/tiny_tokenizer.h).
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
 
 #include "cli/command.h"
+#include <fstream>
+
+#include "core/check.h"
 #include "model/synthetic.h"
+#include "text/tiny_tokenizer.h"
 
 namespace m3::cli {
 namespace {
@@ -63,17 +68,29 @@ RunFn setup_make_tiny(CLI::App& app) {
       }
     };
     uint64_t bytes = write_synthetic_checkpoint(a->out, spec, opt);
+    std::string tokenizer_note;
+    if (spec.vocab_size >= text::tiny_tokenizer_min_vocab()) {
+      std::string path = a->out + "/tokenizer.json";
+      std::ofstream f(path, std::ios::binary);
+      f << text::tiny_tokenizer_json(spec.vocab_size, spec.bos_id, spec.eos_id);
+      M3_CHECK(f.good(), "make-tiny: cannot write '{}'", path);
+      tokenizer_note = "; tokenizer.json (byte-level BPE, M3's added tokens)";
+    } else {
+      tokenizer_note = fmt::format("; no tokenizer.json (vocab {} < {} needed for byte-level BPE)", spec.vocab_size,
+                                   text::tiny_tokenizer_min_vocab());
+    }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%s\n", fmt::format("wrote {} (preset {}, seed {}): {} layers ({} sparse), hidden {}, vocab {}, "
-                                    "{:.1f} MB of tensors in {:.1f} s",
+                                    "{:.1f} MB of tensors in {:.1f} s{}",
                                     a->out, a->preset, a->seed, spec.num_layers, spec.num_sparse_layers(), spec.hidden,
-                                    spec.vocab_size, double(bytes) / 1e6, secs)
+                                    spec.vocab_size, double(bytes) / 1e6, secs, tokenizer_note)
                             .c_str());
     return 0;
   };
 }
 
-M3_COMMAND("make-tiny", "write a synthetic MiniMax-M3 checkpoint (config.json + model.safetensors)", setup_make_tiny,
+M3_COMMAND("make-tiny", "write a synthetic MiniMax-M3 checkpoint (config.json + model.safetensors + tokenizer.json)",
+           setup_make_tiny,
            80);
 
 }  // namespace
