@@ -4,7 +4,8 @@
 #
 #   scripts/fuzz.sh [SECONDS=60] [TARGET=fuzz_safetensors_header]
 #
-# TARGET is fuzz_safetensors_header, fuzz_config or fuzz_completion_request (any fuzz/fuzz_*.cpp).
+# TARGET is fuzz_safetensors_header, fuzz_config, fuzz_completion_request or fuzz_checkpoint (any
+# fuzz/fuzz_*.cpp).
 # Seeds come from fuzz/corpus/<TARGET without "fuzz_">, a dictionary from fuzz/<that name>.dict
 # when there is one; inputs the fuzzer finds go to the build folder, never into the repository.
 # Seeds include every input that once crashed a target, so each run replays them first. A crash
@@ -45,12 +46,17 @@ elif [[ -f "$root/fuzz/${target#fuzz_}.dict" ]]; then
   dict=(-dict="$root/fuzz/${target#fuzz_}.dict")
 fi
 
+# Inputs up to 8 KiB, except whole checkpoints: their seeds (an index plus shard headers of the
+# tiny model, fuzz/fuzz_checkpoint.cpp) are up to 52 KB.
+max_len=8192
+[[ "$target" == fuzz_checkpoint ]] && max_len=131072
+
 echo "fuzz.sh: running $target for ${secs}s (corpus $corpus)"
 # NOTE: leak detection is off by default: the parsers own no raw allocations, and LeakSanitizer
 # cannot run under ptrace-restricted containers (it aborts the whole run there). Where it can run,
 # ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 turns it on (the runs of record in the README did).
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}" \
 UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-  "$build/fuzz/$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+  "$build/fuzz/$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len="$max_len" \
   -print_final_stats=1 -artifact_prefix="$artifacts" "${runs[@]}" "${dict[@]}" "$corpus"
 echo "fuzz.sh: $target ran ${secs}s without a crash"

@@ -21,6 +21,7 @@
 
 #include "core/check.h"
 #include "model/config.h"
+#include "model/json_brief.h"
 #include "model/spec.h"
 
 namespace m3 {
@@ -29,11 +30,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string show(const json& j) {
-  std::string s = j.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
+std::string show(const json& j) { return json_brief(j); }  // bounded: the file may nest without end
 
 // Typed access to one JSON object, with the object's path for messages ("text_config.").
 // A key whose value is null counts as absent.

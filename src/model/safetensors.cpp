@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "model/json_brief.h"
 
 namespace m3 {
 
@@ -25,11 +26,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string show(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
+std::string show(const json& j) { return json_brief(j); }  // bounded: the file may nest without end
 
 // A non-negative JSON integer that fits in int64, or nullopt.
 std::optional<uint64_t> as_count(const json& v) {
@@ -73,6 +70,9 @@ TensorInfo parse_entry(const std::string& name, const json& e, uint64_t data_siz
              show((*sh)[i]));
     t.shape.push_back(int64_t(*d));
     overflow |= __builtin_mul_overflow(numel, *d, &numel);
+    // TensorView::numel() multiplies the same dimensions in int64: no partial product may pass
+    // INT64_MAX, even when a later dimension is 0 ([2^32, 3 * 2^30, 0] holds no element)
+    overflow |= numel > uint64_t(INT64_MAX);
   }
   uint64_t want = 0;
   overflow |= __builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &want);

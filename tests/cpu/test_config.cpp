@@ -309,6 +309,10 @@ TEST(Config, Rejections) {
   EXPECT_NE(error_of("[1, 2]").find("JSON object"), std::string::npos);
   EXPECT_NE(error_of("{\"text_config\": [1]}").find("text_config"), std::string::npos);
   EXPECT_NE(error_of("{}").find("vocab_size"), std::string::npos);
+  // nested past any stack (the message used to dump it whole, recursively): shown briefly
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_NE(error_of(deep).find("JSON object, got [[[[[...]]]]]"), std::string::npos);
+  EXPECT_NE(error_of("{\"text_config\": {\"vocab_size\": " + deep + "}}").find("[[[[...]]]]"), std::string::npos);
 }
 
 TEST(Config, ValidateNamesField) {

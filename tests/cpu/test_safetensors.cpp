@@ -145,6 +145,14 @@ TEST(Safetensors, MalformedFiles) {
       {"overflowing shape",
        R"({"a.weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", 4,
        {"'a.weight'", "overflows"}},
+      // no element, but TensorView::numel() would overflow int64 on the way to the 0 (fuzz_checkpoint)
+      {"int64-overflowing empty shape",
+       R"({"a.weight":{"dtype":"U8","shape":[4294967296,3221225472,0],"data_offsets":[0,0]}})", 0,
+       {"'a.weight'", "overflows"}},
+      // a value nested past any stack: the message shows it briefly (fuzz_checkpoint)
+      {"deep entry", R"({"a.weight":)" + std::string(100000, '[') + std::string(100000, ']') + "}", 0,
+       {"'a.weight'", "object", "[[[[...]]]]"}},
+      {"deep root", std::string(100000, '[') + std::string(100000, ']'), 0, {"JSON object", "[[[[...]]]]"}},
       {"huge dim", R"({"a.weight":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,4]}})", 4,
        {"'a.weight'", "shape[0]"}},
       {"offsets past end", R"({"a.weight":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]}})", 11,
