@@ -5,6 +5,8 @@
 // GPU is a clear error rather than a silent fallback.
 #include <gtest/gtest.h>
 
+#include "common/process.h"
+
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -14,22 +16,8 @@
 
 namespace {
 
-struct CmdResult {
-  int rc = -1;
-  std::string out;  // stdout + stderr
-};
 
-CmdResult run(const std::string& args) {
-  CmdResult r;
-  std::string cmd = std::string(M3_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+m3::test::CmdResult run(const std::string& args) { return m3::test::run_shell(std::string(M3_BINARY) + " " + args); }
 
 const std::string kModel = std::string(M3_TEST_DATA) + "/tiny-m3-a";
 

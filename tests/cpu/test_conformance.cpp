@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 
+#include "common/process.h"
 #include "common/random.h"
 #include "core/check.h"
 #include "model/load_weights.h"
@@ -122,21 +123,9 @@ TEST(Conformance, GoldenReaderRejectsMissingFile) {
 }
 
 namespace {
-struct CmdResult {
-  int rc = -1;
-  std::string out;
-};
 // stdout (and stderr after it unless stdout_only) of `m3mono args`
-CmdResult run_cmd(const std::string& args, bool stdout_only = false) {
-  std::string cmd = std::string(M3_BINARY) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+m3::test::CmdResult run_cmd(const std::string& args, bool stdout_only = false) {
+  return m3::test::run_shell(std::string(M3_BINARY) + " " + args + (stdout_only ? " 2>/dev/null" : ""), !stdout_only);
 }
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/process.h"
 #include "common/temp_dir.h"
 #include "core/check.h"
 #include "model/footprint.h"
@@ -29,24 +30,12 @@ namespace {
 
 using m3::test::TempDir;
 
-// Runs a shell command, returns (exit code, stdout+stderr).
+// (exit code, stdout + stderr) of a shell command
 std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int rc = pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+  const m3::test::CmdResult r = m3::test::run_shell(cmd);
+  return {r.rc, r.out};
 }
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using m3::test::read_file;
 
 // Every tensor of a and b bitwise equal (the file round trip is exact by construction).
 void expect_same_weights(const ModelSpec& spec, ModelWeights& a, ModelWeights& b) {

@@ -4,6 +4,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include "common/process.h"
+
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
