@@ -33,11 +33,15 @@ struct MmaLinearParams {
 
 // P: enough warps in flight to stream the weights at decode (about 14 per SM over the ceil(N/16)
 // row tiles: with more than one CTA per SM, at most 14 warps each), at most kMmaMaxChains and at
-// most one chain per block. Depends on N, K, SMs only.
+// most one chain per block; and at most kMmaMaxChains / ceil(tiles / SMs), so that the tiles fit
+// one wave of one 16-warp CTA per SM (the persistent mono kernel's CTA: 160 qkv tiles of 12 chains
+// ran in two waves there). Depends on N, K, SMs only.
 M3_HOST_DEVICE inline int mma_linear_chains(int N, int K, int sms) {
   const int tiles = (N + 15) / 16, blocks = (K + kMmaKBlock - 1) / kMmaKBlock;
+  const int per_sm = (tiles + sms - 1) / sms;
   int p = (sms * 14 + tiles - 1) / tiles;
   p = p < kMmaMaxChains ? p : kMmaMaxChains;
+  p = p < kMmaMaxChains / per_sm ? p : kMmaMaxChains / per_sm;
   p = p < blocks ? p : blocks;
   return p < 1 ? 1 : p;
 }
