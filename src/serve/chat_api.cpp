@@ -57,11 +57,14 @@ void check_messages(const json& msgs) {
   }
 }
 
-CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const text::ChatTemplate* tmpl) {
-  json j = req::parse_body(body, lim);
+}  // namespace
+
+std::vector<int32_t> render_chat_prompt(const json& j, const ApiLimits& lim, const text::ChatTemplate* tmpl,
+                                        const char* route) {
   if (!lim.tokenizer || !tmpl)
-    bad("", "/v1/chat/completions needs the checkpoint's tokenizer.json and chat template, and this model directory "
-            "lacks " + std::string(!lim.tokenizer ? "tokenizer.json" : "a chat template (chat_template.jinja)"),
+    bad("", fmt::format("{} with 'messages' needs the checkpoint's tokenizer.json and chat template, and this model "
+                        "directory lacks {}",
+                        route, !lim.tokenizer ? "tokenizer.json" : "a chat template (chat_template.jinja)"),
         "no_chat_template");
   const json* msgs = field(j, "messages");
   if (!msgs) bad("messages", "'messages' is required");
@@ -93,7 +96,16 @@ CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const t
   } catch (const std::exception& e) {
     bad("messages", fmt::format("the chat template rejected the request: {}", e.what()), "chat_template_error");
   }
-  std::vector<int32_t> ids = lim.tokenizer->encode(rendered, /*add_special_tokens=*/false);
+  bool add_special = false;  // apply_chat_template's default: the template writes the markers
+  if (const json* v = field(j, "add_special_tokens")) add_special = req::as_bool(*v, "add_special_tokens");
+  return lim.tokenizer->encode(rendered, add_special);
+}
+
+namespace {
+
+CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const text::ChatTemplate* tmpl) {
+  json j = req::parse_body(body, lim);
+  std::vector<int32_t> ids = render_chat_prompt(j, lim, tmpl, "/v1/chat/completions");
 
   // the rest is a /v1/completions request over the rendered prompt's ids
   json c = json::object();

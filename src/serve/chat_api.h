@@ -5,6 +5,7 @@
 // is max_tokens). Responses are chat.completion objects (choices[i].message.content) and
 // chat.completion.chunk stream chunks (choices[0].delta.role first, then delta.content).
 #pragma once
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,12 @@
 #include "text/template_chat.h"
 
 namespace m3::serve {
+
+// The prompt ids of a request body holding 'messages' (and optionally tools, chat_template_kwargs,
+// add_generation_prompt = true, add_special_tokens = false); throws req::BadRequest naming the
+// field. `route` names the endpoint in the error for a missing tokenizer or template.
+std::vector<int32_t> render_chat_prompt(const nlohmann::json& body, const ApiLimits& lim,
+                                        const text::ChatTemplate* tmpl, const char* route);
 
 std::optional<CompletionParams> parse_chat_request(std::string_view body, const ApiLimits& lim,
                                                    const text::ChatTemplate* tmpl, ApiError& err);

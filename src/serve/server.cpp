@@ -456,7 +456,7 @@ struct Server::Impl {
                 std::string body;
                 if (!read_body(req, res, reader, body) || !authorized(req, res)) return;
                 ApiError e;
-                auto ids = parse_tokenize_request(body, limits, e);
+                auto ids = parse_tokenize_request(body, limits, opt.chat_template.get(), e);
                 if (!ids) return send_error(res, e);
                 res.set_content(tokenize_json(*ids, limits.max_model_len), "application/json");
               });

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/chat_api.h"
 #include "serve/request_json.h"
 #include "text/tokenizer.h"
 
@@ -35,14 +36,17 @@ json checked_body(std::string_view body, const ApiLimits& lim, const char* route
 
 }  // namespace
 
-std::optional<std::vector<int32_t>> parse_tokenize_request(std::string_view body, const ApiLimits& lim, ApiError& err) {
+std::optional<std::vector<int32_t>> parse_tokenize_request(std::string_view body, const ApiLimits& lim,
+                                                           const text::ChatTemplate* tmpl, ApiError& err) {
   return req::guarded<std::vector<int32_t>>(
       [&] {
         json j = checked_body(body, lim, "/tokenize");
-        if (field(j, "messages"))
-          bad("messages", "'messages' is not supported by /tokenize yet: send 'prompt' as a string");
+        if (field(j, "messages")) {
+          if (field(j, "prompt")) bad("prompt", "give 'prompt' or 'messages', not both");
+          return render_chat_prompt(j, lim, tmpl, "/tokenize");
+        }
         const json* p = field(j, "prompt");
-        if (!p) bad("prompt", "'prompt' is required");
+        if (!p) bad("prompt", "'prompt' (a string) or 'messages' (a chat) is required");
         if (!p->is_string()) bad("prompt", fmt::format("'prompt' must be a string, got {}", type_name(*p)));
         bool add_special = true;
         if (const json* v = field(j, "add_special_tokens")) add_special = req::as_bool(*v, "add_special_tokens");

@@ -252,7 +252,7 @@ TEST(TokenizeApi, RoundTripAndErrors) {
   ApiError e;
   for (int round = 0; round < 100; ++round) {
     const std::string s = random_text(rng, 1 + int(rng() % 10)) + (rng() % 2 ? "[e~[" : "");
-    auto ids = parse_tokenize_request(json{{"prompt", s}}.dump(), lim, e);
+    auto ids = parse_tokenize_request(json{{"prompt", s}}.dump(), lim, nullptr, e);
     ASSERT_TRUE(ids) << e.message;
     EXPECT_EQ(*ids, tok.encode(s, true));
     json r = json::parse(tokenize_json(*ids, lim.max_model_len));
@@ -264,7 +264,7 @@ TEST(TokenizeApi, RoundTripAndErrors) {
     EXPECT_EQ(json::parse(detokenize_json(*text))["prompt"], s);
   }
   // markers are added tokens: one id each
-  auto ids = parse_tokenize_request(R"({"prompt":"]~b]user\nhi[e~[","add_special_tokens":false})", lim, e);
+  auto ids = parse_tokenize_request(R"({"prompt":"]~b]user\nhi[e~[","add_special_tokens":false})", lim, nullptr, e);
   ASSERT_TRUE(ids) << e.message;
   EXPECT_EQ(ids->front(), *tok.token_to_id("]~b]"));
   EXPECT_EQ(ids->back(), *tok.token_to_id("[e~["));
@@ -277,14 +277,14 @@ TEST(TokenizeApi, RoundTripAndErrors) {
   };
   const std::vector<Bad> cases = {
       {false, "{", 400, "", "invalid_json", "not valid JSON"},
-      {false, "{}", 400, "prompt", "", "'prompt' is required"},
       {false, R"({"prompt": 5})", 400, "prompt", "", "'prompt' must be a string, got an integer"},
       {false, R"({"prompt": ["a"]})", 400, "prompt", "", "'prompt' must be a string, got an array"},
       {false, std::string(R"({"prompt": "a)") + "\x80" + "\"}", 400, "prompt", "invalid_utf8", "'prompt' is not valid UTF-8"},
       {false, R"({"prompt": "a", "add_special_tokens": "no"})", 400, "add_special_tokens", "", "must be a boolean"},
       {false, R"({"prompt": "a", "model": "gpt-4"})", 404, "model", "model_not_found", "does not exist"},
       {false, R"({"prompt": "a", "model": 3})", 400, "model", "", "'model' must be a string"},
-      {false, R"({"messages": []})", 400, "messages", "", "not supported"},
+      {false, R"({"messages": []})", 400, "", "no_chat_template", "/tokenize with 'messages' needs"},
+      {false, "{}", 400, "prompt", "", "or 'messages' (a chat) is required"},
       {true, "{}", 400, "tokens", "", "'tokens' is required"},
       {true, R"({"tokens": "1 2"})", 400, "tokens", "", "'tokens' must be a list of token ids, got a string"},
       {true, R"({"tokens": [1, "2"]})", 400, "tokens", "", "'tokens[1]' must be an integer token id, got a string"},
@@ -296,7 +296,7 @@ TEST(TokenizeApi, RoundTripAndErrors) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.body);
     bool ok = c.detok ? parse_detokenize_request(c.body, lim, e).has_value()
-                      : parse_tokenize_request(c.body, lim, e).has_value();
+                      : parse_tokenize_request(c.body, lim, nullptr, e).has_value();
     ASSERT_FALSE(ok);
     EXPECT_EQ(e.status, c.status);
     EXPECT_EQ(e.param, c.param);
@@ -304,7 +304,7 @@ TEST(TokenizeApi, RoundTripAndErrors) {
     EXPECT_NE(e.message.find(c.message), std::string::npos) << "message: " << e.message;
   }
   lim.tokenizer = nullptr;
-  EXPECT_FALSE(parse_tokenize_request(R"({"prompt":"a"})", lim, e));
+  EXPECT_FALSE(parse_tokenize_request(R"({"prompt":"a"})", lim, nullptr, e));
   EXPECT_EQ(e.code, "no_tokenizer");
   EXPECT_NE(e.message.find("/tokenize needs a tokenizer"), std::string::npos) << e.message;
   EXPECT_FALSE(parse_detokenize_request(R"({"tokens":[1]})", lim, e));
@@ -560,12 +560,22 @@ TEST(ServerText, ChatCompletions) {
   ASSERT_FALSE(chunks.empty());
   EXPECT_EQ(chunks[0]["delta"]["role"], "assistant");
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (i > 0) EXPECT_FALSE(chunks[i]["delta"].contains("role"));
+    if (i > 0) {
+      EXPECT_FALSE(chunks[i]["delta"].contains("role"));
+    }
     streamed += chunks[i]["delta"]["content"].get<std::string>();
   }
   EXPECT_EQ(streamed, "Gut, ");
   EXPECT_EQ(chunks.back()["finish_reason"], "stop");
   EXPECT_EQ(usage["prompt_tokens"], prompt.size());
+
+  // /tokenize renders the same chat
+  json t = live.post("/tokenize", {{"messages", messages}, {"chat_template_kwargs", {{"thinking_mode", "disabled"}}}});
+  EXPECT_EQ(t["tokens"], json(prompt));
+  json te = live.post("/tokenize", {{"messages", messages}, {"prompt", "x"}}, 400);
+  EXPECT_EQ(te["error"]["param"], "prompt");
+  te = live.post("/tokenize", json{{"messages", json::array({json{{"role", "user"}}})}}, 400);
+  EXPECT_NE(te["error"]["message"].get<std::string>().find("'messages[0].content' is required"), std::string::npos) << te;
 
   struct Bad {
     json patch;

@@ -322,6 +322,9 @@ class OpenAIClient(unittest.TestCase):
             self.assertEqual(text, ch.message.content)
             self.assertEqual(roles, ["assistant"])
             self.assertEqual(usage.prompt_tokens, r.usage.prompt_tokens)
+            status, tok = post("/tokenize", {"messages": msgs, "chat_template_kwargs": {"thinking_mode": mode}})
+            self.assertEqual(status, 200, tok)
+            self.assertEqual(tok["count"], r.usage.prompt_tokens)
         with self.assertRaises(openai.BadRequestError) as cm:
             self.c.chat.completions.create(model=MODEL, messages=[{"role": "wizard", "content": "x"}], max_tokens=2)
         self.assertIn("messages[0].role", str(cm.exception))
