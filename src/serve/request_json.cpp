@@ -115,11 +115,14 @@ json parse_body(std::string_view body, const ApiLimits& lim) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number that overflows a double ("1e400": invalid JSON
+    // here, as it was with the non-throwing parse; found by fuzz_completion_request's corpus)
     const std::string what = e.what();
-    if (what.find("UTF-8") != std::string::npos || what.find("surrogate") != std::string::npos) {
+    const auto* pe = dynamic_cast<const json::parse_error*>(&e);
+    if (pe && (what.find("UTF-8") != std::string::npos || what.find("surrogate") != std::string::npos)) {
       // e.byte counts from 1 and points at (or just past) the offending byte
-      const size_t at = e.byte > 0 ? e.byte - 1 : 0;
+      const size_t at = pe->byte > 0 ? pe->byte - 1 : 0;
       std::string key = top_level_key_at(body, at);
       bad(key,
           fmt::format("{} is not valid UTF-8 text (ill-formed byte or \\u escape near byte {} of the body)",

@@ -202,6 +202,8 @@ TEST(CompletionApiText, TextPromptsAndStopStrings) {
       {bad_utf8_stop, 400, "stop", "invalid_utf8", "'stop' is not valid UTF-8"},
       {R"({"model":"tiny","prompt":"\ud800 lone"})", 400, "prompt", "invalid_utf8", "not valid UTF-8"},
       {R"({"model":"tiny","prompt":""})", 400, "prompt", "empty_prompt", "'prompt' is an empty string"},
+      // a number overflowing a double is invalid JSON (nlohmann throws out_of_range, not parse_error)
+      {R"({"model":"tiny","prompt":"a","max_tokens":1e400})", 400, "", "invalid_json", "not valid JSON"},
       {R"({"model":"tiny","prompt":["a", ""]})", 400, "prompt", "empty_prompt", "'prompt[1]' is an empty string"},
       {R"({"model":"tiny","prompt":["a", 5]})", 400, "prompt", "", "'prompt[1]' must be a string or a list of token ids"},
       {R"({"model":"tiny","prompt":["a", [1, "b"]]})", 400, "prompt", "", "'prompt[1][1]' must be an integer token id"},
