@@ -8,7 +8,9 @@
 //  - the caps come first: a body over max_body_bytes is 413 body_too_large, one nested deeper than
 //    max_json_depth is json_too_deep, and json_nesting_depth agrees with the parser's own depth on
 //    every valid JSON text;
-//  - a JSON syntax error is reported as invalid_json, and valid JSON never is.
+//  - a JSON syntax error is reported as invalid_json (or invalid_utf8 when it is ill-formed UTF-8
+//    inside a string; its param is then the top-level key it sits in, any string), and valid JSON
+//    never is.
 // Any broken rule is a __builtin_trap (a crash libFuzzer keeps).
 #include <cmath>
 #include <cstddef>
@@ -109,12 +111,13 @@ void check_error(const ApiError& e) {
   require(e.status >= 400 && e.status < 500);
   require(!e.message.empty() && !e.type.empty());
   // param names a request field (or none), code is one the API documents (or none)
-  require(one_of(e.param, {"", "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "n",
+  require(e.code == "invalid_utf8" ||
+          one_of(e.param, {"", "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "n",
                            "best_of", "echo", "logprobs", "suffix", "presence_penalty", "frequency_penalty",
                            "logit_bias", "stop", "stop_token_ids", "ignore_eos", "user", "stream", "stream_options",
-                           "stream_options.include_usage"}));
-  require(one_of(e.code, {"", "invalid_json", "json_too_deep", "body_too_large", "model_not_found", "no_tokenizer",
-                          "empty_prompt", "invalid_token_id", "context_length_exceeded"}));
+                           "stream_options.include_usage", "add_special_tokens", "skip_special_tokens"}));
+  require(one_of(e.code, {"", "invalid_json", "invalid_utf8", "json_too_deep", "body_too_large", "model_not_found",
+                          "no_tokenizer", "empty_prompt", "invalid_token_id", "context_length_exceeded"}));
   // what the server sends: must serialize (valid UTF-8) and say the same thing
   json j = json::parse(m3::serve::error_json(e));
   require(j["error"]["message"] == e.message && j["error"]["type"] == e.type);
@@ -151,7 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DepthSax sax;
   const bool valid = body.find('\0') == std::string_view::npos &&
                      json::sax_parse(body, &sax, json::input_format_t::json, /*strict=*/true);
-  if (valid) require(sax.deepest == depth && (p || err.code != "invalid_json"));
-  else require(!p && err.code == "invalid_json");
+  if (valid) require(sax.deepest == depth && (p || (err.code != "invalid_json" && err.code != "invalid_utf8")));
+  else require(!p && (err.code == "invalid_json" || err.code == "invalid_utf8"));
   return 0;
 }

@@ -1,7 +1,8 @@
 // `m3mono make-tiny --out DIR [--seed N] [--preset NAME]`: writes a synthetic checkpoint in the
 // released layout (config.json + model.safetensors) that the loader accepts; see
 // model/synthetic.h for the presets and what the files hold. A tokenizer.json in M3's layout,
-// sized to the preset's vocabulary, goes with it (text/tiny_tokenizer.h).
+// sized to the preset's vocabulary, goes with it (text/tiny_tokenizer.h), and an M3-style
+// chat_template.jinja over its markers (text/tiny_chat_template.h).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 
 #include "core/check.h"
 #include "model/synthetic.h"
+#include "text/tiny_chat_template.h"
 #include "text/tiny_tokenizer.h"
 
 namespace m3::cli {
@@ -74,7 +76,11 @@ RunFn setup_make_tiny(CLI::App& app) {
       std::ofstream f(path, std::ios::binary);
       f << text::tiny_tokenizer_json(spec.vocab_size, spec.bos_id, spec.eos_id);
       M3_CHECK(f.good(), "make-tiny: cannot write '{}'", path);
-      tokenizer_note = "; tokenizer.json (byte-level BPE, M3's added tokens)";
+      const std::string tpath = a->out + "/chat_template.jinja";
+      std::ofstream t(tpath, std::ios::binary);
+      t << text::tiny_chat_template();
+      M3_CHECK(t.good(), "make-tiny: cannot write '{}'", tpath);
+      tokenizer_note = "; tokenizer.json (byte-level BPE, M3's added tokens) and chat_template.jinja (M3-style)";
     } else {
       tokenizer_note = fmt::format("; no tokenizer.json (vocab {} < {} needed for byte-level BPE)", spec.vocab_size,
                                    text::tiny_tokenizer_min_vocab());
@@ -89,7 +95,9 @@ RunFn setup_make_tiny(CLI::App& app) {
   };
 }
 
-M3_COMMAND("make-tiny", "write a synthetic MiniMax-M3 checkpoint (config.json + model.safetensors + tokenizer.json)",
+M3_COMMAND("make-tiny",
+           "write a synthetic MiniMax-M3 checkpoint (config.json + model.safetensors + tokenizer.json + "
+           "chat_template.jinja)",
            setup_make_tiny,
            80);
 

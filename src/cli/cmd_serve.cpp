@@ -19,6 +19,8 @@
 #include "model/spec.h"
 #include "runtime/engine.h"
 #include "serve/server.h"
+#include "text/template_chat.h"
+#include "text/tokenizer.h"
 
 namespace m3::cli {
 namespace {
@@ -118,6 +120,26 @@ int run_serve(ServeArgs a) {
   validate_backend_choice(choice, "serve");
   std::fprintf(stderr, "m3mono serve: loading %s\n", a.model.c_str());
   ModelSpec spec = load_model_spec(dir);
+  // The tokenizer first: a broken tokenizer.json fails before the (slow) weight load.
+  if (std::filesystem::exists(dir / "tokenizer.json")) {
+    try {
+      a.server.tokenizer = std::make_shared<const text::Tokenizer>(text::Tokenizer::load(dir.string(), spec.vocab_size));
+    } catch (const std::exception& e) {
+      M3_FAIL("serve: cannot load the tokenizer: {}", e.what());
+    }
+    // and the chat template, where the directory has one (a broken one is an error too)
+    const bool has_template = std::filesystem::exists(dir / "chat_template.jinja") ||
+                              std::filesystem::exists(dir / "chat_template.json") ||
+                              std::filesystem::exists(dir / "tokenizer_config.json");
+    if (has_template) {
+      try {
+        a.server.chat_template =
+            std::make_shared<const text::ChatTemplate>(text::ChatTemplate::compile(text::load_chat_template_source(dir)));
+      } catch (const std::exception& e) {
+        M3_FAIL("serve: cannot load the chat template of {}: {}", a.model, e.what());
+      }
+    }
+  }
   auto backend = make_chosen_backend(choice, a.model, spec, "serve");
   EngineOptions eo;
   eo.scheduler.max_num_seqs = a.max_num_seqs;
@@ -129,9 +151,15 @@ int run_serve(ServeArgs a) {
   int port = server.bind();
   std::fprintf(stderr,
                "m3mono serve: model '%s' (vocab %d, context %d, %d cache blocks of %d tokens, backend %s)\n"
+               "m3mono serve: %s\n"
                "m3mono serve: listening on http://%s:%d%s\n",
                a.server.model_name.c_str(), spec.vocab_size, engine.max_model_len(), a.cache_blocks,
-               spec.index_block, engine.stats().backend.c_str(), a.server.host.c_str(), port,
+               spec.index_block, engine.stats().backend.c_str(),
+               a.server.chat_template ? "tokenizer.json and chat template loaded: text prompts, /v1/chat/completions, "
+                                        "/tokenize, /detokenize"
+               : a.server.tokenizer   ? "tokenizer.json loaded (no chat template): text prompts, /tokenize, /detokenize"
+                                      : "no tokenizer.json: token-id prompts only",
+               a.server.host.c_str(), port,
                a.server.api_key.empty() ? "" : " (API key required)");
 
   std::thread http([&] {

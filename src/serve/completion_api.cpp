@@ -6,9 +6,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "serve/request_json.h"
+#include "text/tokenizer.h"
+
 namespace m3::serve {
 
 using nlohmann::json;
+
+// Decoded text is valid UTF-8 by construction (lossy decoding); should anything else slip in, it
+// is written as U+FFFD rather than throwing mid-response.
+static std::string safe_dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string error_json(const ApiError& e) {
   json j = {{"error",
@@ -16,7 +23,7 @@ std::string error_json(const ApiError& e) {
               {"type", e.type},
               {"param", e.param.empty() ? json(nullptr) : json(e.param)},
               {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
-  return j.dump();
+  return safe_dump(j);
 }
 
 GenerationRequest CompletionParams::request(size_t i, uint64_t fallback_seed) const {
@@ -34,64 +41,16 @@ GenerationRequest CompletionParams::request(size_t i, uint64_t fallback_seed) co
 
 namespace {
 
-// Thrown inside the parser and turned into the ApiError the caller gets.
-struct Bad {
-  ApiError e;
-};
-[[noreturn]] void bad(std::string param, std::string message, std::string code = "", int status = 400) {
-  ApiError e;
-  e.status = status;
-  e.param = std::move(param);
-  e.message = std::move(message);
-  e.code = std::move(code);
-  throw Bad{std::move(e)};
-}
-
-const char* type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a number with a fraction";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    default: return "an unsupported value";
-  }
-}
-
-// Field present and not null.
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-int64_t as_int(const json& v, const std::string& param) {
-  if (v.is_number_unsigned()) {
-    uint64_t u = v.get<uint64_t>();
-    if (u > uint64_t(INT64_MAX)) bad(param, fmt::format("'{}' is too large", param));
-    return int64_t(u);
-  }
-  if (!v.is_number_integer()) bad(param, fmt::format("'{}' must be an integer, got {}", param, type_name(v)));
-  return v.get<int64_t>();
-}
-
-double as_number(const json& v, const std::string& param) {
-  if (!v.is_number()) bad(param, fmt::format("'{}' must be a number, got {}", param, type_name(v)));
-  double d = v.get<double>();
-  if (!std::isfinite(d)) bad(param, fmt::format("'{}' must be finite", param));
-  return d;
-}
-
-bool as_bool(const json& v, const std::string& param) {
-  if (!v.is_boolean()) bad(param, fmt::format("'{}' must be a boolean, got {}", param, type_name(v)));
-  return v.get<bool>();
-}
+using req::bad;
+using req::type_name;
+using req::field;
+using req::as_int;
+using req::as_number;
+using req::as_bool;
 
 const char* kNoTokenizer =
-    "this checkpoint has no tokenizer: send 'prompt' as a list of token ids (or a list of such lists)";
+    "this checkpoint has no tokenizer (no tokenizer.json in the model directory): send 'prompt' as a list of token "
+    "ids (or a list of such lists)";
 
 // `name` is how messages spell the list ("prompt[2]"); `param` the request field it belongs to.
 std::vector<int32_t> token_list(const json& arr, const std::string& name, const std::string& param, int vocab) {
@@ -100,7 +59,6 @@ std::vector<int32_t> token_list(const json& arr, const std::string& name, const 
   for (size_t i = 0; i < arr.size(); ++i) {
     const json& t = arr[i];
     std::string p = fmt::format("{}[{}]", name, i);
-    if (t.is_string()) bad(param, kNoTokenizer, "no_tokenizer");
     if (!t.is_number_integer())
       bad(param, fmt::format("'{}' must be an integer token id, got {}", p, type_name(t)));
     // (an id past INT64_MAX is outside the vocabulary too, not a bad 'prompt[i]' field of its own)
@@ -113,20 +71,53 @@ std::vector<int32_t> token_list(const json& arr, const std::string& name, const 
   return ids;
 }
 
+// One prompt: a string (encoded with the tokenizer) or a list of token ids.
+std::vector<int32_t> one_prompt(const json& v, const std::string& name, const ApiLimits& lim, bool add_special) {
+  if (v.is_string()) {
+    if (!lim.tokenizer) bad("prompt", kNoTokenizer, "no_tokenizer");
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.empty()) bad("prompt", fmt::format("'{}' is an empty string", name), "empty_prompt");
+    std::vector<int32_t> ids = lim.tokenizer->encode(s, add_special);
+    if (ids.empty()) bad("prompt", fmt::format("'{}' encodes to no tokens", name), "empty_prompt");
+    return ids;
+  }
+  if (!v.is_array())
+    bad("prompt", fmt::format("'{}' must be {}, got {}", name,
+                              lim.tokenizer ? "a string or a list of token ids" : "a list of token ids", type_name(v)));
+  if (v.empty()) bad("prompt", fmt::format("'{}' is empty", name), "empty_prompt");
+  if (v[0].is_string() && !lim.tokenizer) bad("prompt", kNoTokenizer, "no_tokenizer");
+  return token_list(v, name, "prompt", lim.vocab_size);
+}
+
+std::vector<std::string> stop_strings(const json& v, const ApiLimits& lim) {
+  std::vector<std::string> out;
+  if (v.is_string()) {
+    out.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    if (v.size() > size_t(lim.max_stop_strings))
+      bad("stop", fmt::format("at most {} stop strings, got {}", lim.max_stop_strings, v.size()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string())
+        bad("stop", fmt::format("'stop[{}]' must be a string, got {}", i, type_name(v[i])));
+      out.push_back(v[i].get<std::string>());
+    }
+  } else {
+    bad("stop", fmt::format("'stop' must be a string or a list of strings, got {}", type_name(v)));
+  }
+  std::erase_if(out, [](const std::string& s) { return s.empty(); });
+  for (const auto& s : out)
+    if (s.size() > size_t(lim.max_stop_bytes))
+      bad("stop", fmt::format("a stop string is {} bytes long; at most {} are accepted", s.size(), lim.max_stop_bytes));
+  if (!out.empty() && !lim.tokenizer)
+    bad("stop", "stop strings need a tokenizer, which this checkpoint lacks (no tokenizer.json): use 'stop_token_ids'",
+        "no_tokenizer");
+  return out;
+}
+
 CompletionParams parse(std::string_view body, const ApiLimits& lim) {
-  if (body.size() > lim.max_body_bytes) throw Bad{body_too_large_error(lim.max_body_bytes)};
-  if (json_nesting_depth(body, lim.max_json_depth) > lim.max_json_depth)
-    bad("", fmt::format("the request body is nested deeper than {} levels of arrays and objects", lim.max_json_depth),
-        "json_too_deep");
-  // nlohmann's lexer takes a NUL byte for the end of the input and ignores what follows (so
-  // `{...}\0garbage` parsed as `{...}`; found by fuzz_completion_request). JSON never holds a raw
-  // NUL, not even inside a string.
-  if (body.find('\0') != std::string_view::npos)
-    bad("", "the request body is not valid JSON (it holds a NUL byte)", "invalid_json");
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) bad("", "the request body is not valid JSON", "invalid_json");
-  if (!j.is_object()) bad("", fmt::format("the request body must be a JSON object, got {}", type_name(j)));
+  json j = req::parse_body(body, lim);
   CompletionParams p;
+  p.text_output = lim.tokenizer != nullptr;
 
   const json* model = field(j, "model");
   if (!model) bad("model", "'model' is required");
@@ -135,25 +126,19 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
     bad("model", fmt::format("the model '{}' does not exist; this server serves '{}'", model->get<std::string>(), lim.model),
         "model_not_found", 404);
 
+  bool add_special = true;
+  if (const json* v = field(j, "add_special_tokens")) add_special = as_bool(*v, "add_special_tokens");
+  if (const json* v = field(j, "skip_special_tokens")) p.skip_special_tokens = as_bool(*v, "skip_special_tokens");
+
   const json* prompt = field(j, "prompt");
   if (!prompt) bad("prompt", "'prompt' is required");
-  if (prompt->is_string()) bad("prompt", kNoTokenizer, "no_tokenizer");
-  if (!prompt->is_array())
-    bad("prompt", fmt::format("'prompt' must be a list of token ids, got {}", type_name(*prompt)));
-  if (prompt->empty()) bad("prompt", "'prompt' is empty", "empty_prompt");
-  if ((*prompt)[0].is_array()) {
+  if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_array() || (*prompt)[0].is_string())) {
     if (prompt->size() > size_t(lim.max_prompts))
       bad("prompt", fmt::format("at most {} prompts per request, got {}", lim.max_prompts, prompt->size()));
-    for (size_t i = 0; i < prompt->size(); ++i) {
-      const json& one = (*prompt)[i];
-      std::string pp = fmt::format("prompt[{}]", i);
-      if (one.is_string()) bad("prompt", kNoTokenizer, "no_tokenizer");
-      if (!one.is_array()) bad("prompt", fmt::format("'{}' must be a list of token ids, got {}", pp, type_name(one)));
-      if (one.empty()) bad("prompt", fmt::format("'{}' is empty", pp), "empty_prompt");
-      p.prompts.push_back(token_list(one, pp, "prompt", lim.vocab_size));
-    }
+    for (size_t i = 0; i < prompt->size(); ++i)
+      p.prompts.push_back(one_prompt((*prompt)[i], fmt::format("prompt[{}]", i), lim, add_special));
   } else {
-    p.prompts.push_back(token_list(*prompt, "prompt", "prompt", lim.vocab_size));
+    p.prompts.push_back(one_prompt(*prompt, "prompt", lim, add_special));
   }
 
   const bool max_tokens_given = field(j, "max_tokens") != nullptr;
@@ -225,14 +210,7 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
     if (!v->is_object()) bad("logit_bias", fmt::format("'logit_bias' must be an object, got {}", type_name(*v)));
     if (!v->empty()) bad("logit_bias", "'logit_bias' is not supported");
   }
-  if (const json* v = field(j, "stop")) {
-    bool empty = (v->is_string() && v->get<std::string>().empty()) || (v->is_array() && v->empty());
-    if (!empty) {
-      if (!v->is_string() && !v->is_array())
-        bad("stop", fmt::format("'stop' must be a string or a list of strings, got {}", type_name(*v)));
-      bad("stop", "stop strings need a tokenizer, which this checkpoint lacks: use 'stop_token_ids'", "no_tokenizer");
-    }
-  }
+  if (const json* v = field(j, "stop")) p.stop = stop_strings(*v, lim);
   if (const json* v = field(j, "stop_token_ids")) {
     if (!v->is_array()) bad("stop_token_ids", fmt::format("'stop_token_ids' must be a list of token ids, got {}", type_name(*v)));
     p.stop_token_ids = token_list(*v, "stop_token_ids", "stop_token_ids", lim.vocab_size);
@@ -252,11 +230,13 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
 
 json choice_json(const ChoiceResult& c, bool continues) {
   return json{{"index", c.index},
-              {"text", ids_text(c.tokens, continues)},
+              {"text", c.text ? json(*c.text) : json(ids_text(c.tokens, continues))},
               {"token_ids", c.tokens},
               {"logprobs", nullptr},
               {"finish_reason", c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason)},
-              {"stop_reason", c.stop_token >= 0 ? json(c.stop_token) : json(nullptr)}};
+              {"stop_reason", !c.stop_string.empty() ? json(c.stop_string)
+                              : c.stop_token >= 0    ? json(c.stop_token)
+                                                     : json(nullptr)}};
 }
 
 json usage_json(const Usage& u) {
@@ -299,18 +279,7 @@ int json_nesting_depth(std::string_view text, int stop_above) {
 }
 
 std::optional<CompletionParams> parse_completion_request(std::string_view body, const ApiLimits& lim, ApiError& err) {
-  try {
-    return parse(body, lim);
-  } catch (const Bad& b) {
-    err = b.e;
-    return std::nullopt;
-  } catch (const std::exception& e) {  // e.g. a JSON type error this parser did not foresee
-    err = ApiError{400, std::string("invalid request: ") + e.what(), "invalid_request_error", "", ""};
-    return std::nullopt;
-  } catch (...) {
-    err = ApiError{400, "invalid request", "invalid_request_error", "", ""};
-    return std::nullopt;
-  }
+  return req::guarded<CompletionParams>([&] { return parse(body, lim); }, err);
 }
 
 std::string ids_text(const std::vector<int32_t>& ids, bool leading_space) {
@@ -328,20 +297,20 @@ std::string completion_json(const std::string& id, int64_t created, const std::s
   for (const auto& c : choices) cs.push_back(choice_json(c, false));
   json j = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
             {"choices", cs}, {"usage", usage_json(usage)}};
-  return j.dump();
+  return safe_dump(j);
 }
 
 std::string chunk_json(const std::string& id, int64_t created, const std::string& model, const ChoiceResult& choice,
                        bool continues) {
   json j = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
             {"choices", json::array({choice_json(choice, continues)})}};
-  return j.dump();
+  return safe_dump(j);
 }
 
 std::string usage_chunk_json(const std::string& id, int64_t created, const std::string& model, const Usage& usage) {
   json j = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
             {"choices", json::array()}, {"usage", usage_json(usage)}};
-  return j.dump();
+  return safe_dump(j);
 }
 
 std::string models_json(const ApiLimits& lim, int64_t created) {
@@ -352,7 +321,7 @@ std::string models_json(const ApiLimits& lim, int64_t created) {
                                        {"owned_by", "m3mono"},
                                        {"max_model_len", lim.max_model_len},
                                        {"vocab_size", lim.vocab_size}}})}};
-  return j.dump();
+  return safe_dump(j);
 }
 
 }  // namespace m3::serve

@@ -1,8 +1,9 @@
 // The OpenAI /v1/completions contract, without HTTP: parsing and validating a request body into
 // engine requests (every bad input becomes an ApiError with a 4xx status naming the field), and
-// writing responses, stream chunks, model lists and errors as JSON. This checkpoint has no
-// tokenizer, so prompts are token ids and completions come back as ids: choices[i].token_ids, and
-// choices[i].text holding the same ids separated by spaces.
+// writing responses, stream chunks, model lists and errors as JSON. Prompts are strings (encoded
+// with the checkpoint's tokenizer.json, when the model directory has one) or token ids; the
+// generated ids come back in choices[i].token_ids, and choices[i].text holds their decoded text
+// (without a tokenizer: the same ids separated by spaces).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -11,6 +12,10 @@
 #include <vector>
 
 #include "runtime/request.h"
+
+namespace m3::text {
+class Tokenizer;
+}
 
 namespace m3::serve {
 
@@ -34,6 +39,10 @@ struct ApiLimits {
   // nesting): longer bodies get 413, deeper ones 400.
   size_t max_body_bytes = 1 << 20;
   int max_json_depth = 32;        // arrays and objects, counting the body's own object
+  int max_stop_strings = 16;      // entries of 'stop'
+  int max_stop_bytes = 256;       // length of one stop string
+  // The checkpoint's tokenizer, or null (token-id mode: text prompts and stop strings get a 400).
+  const text::Tokenizer* tokenizer = nullptr;
 };
 
 struct CompletionParams {
@@ -44,6 +53,9 @@ struct CompletionParams {
   int top_k = 0;
   std::optional<uint64_t> seed;
   std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop;  // stop strings (non-empty each); need the tokenizer
+  bool text_output = false;       // a tokenizer is loaded: choices carry decoded text
+  bool skip_special_tokens = true;
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -71,6 +83,8 @@ struct ChoiceResult {
   std::vector<int32_t> tokens;  // for chunks: the new tokens only
   std::string finish_reason;    // "", "length", "stop"
   int32_t stop_token = -1;      // the id that ended it with "stop", else -1
+  std::string stop_string;      // the stop string that ended it ("stop_reason"), else ""
+  std::optional<std::string> text;  // decoded text (for chunks: the new text); none: ids_text
 };
 struct Usage {
   int prompt_tokens = 0, completion_tokens = 0;

@@ -14,7 +14,11 @@
 #include <thread>
 
 #include "core/check.h"
+#include "serve/chat_api.h"
 #include "serve/completion_api.h"
+#include "serve/text_stream.h"
+#include "serve/tokenize_api.h"
+#include "text/tokenizer.h"
 
 namespace m3::serve {
 
@@ -37,20 +41,26 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// One HTTP completion: its prompts' engine requests and what they produced so far.
+// One HTTP completion: its prompts' engine requests and what they produced so far. With a
+// tokenizer every choice decodes its tokens as they come (TextStream) and may end early on a stop
+// string; the engine request is then cancelled and whatever it still reports is ignored.
 struct Job {
   struct Choice {
     uint64_t engine_id = 0;
     std::vector<int32_t> tokens;
+    std::string text;
     bool finished = false;
     FinishReason reason = FinishReason::None;
     int32_t stop_token = -1;
+    std::string stop_string;
     int prompt_tokens = 0;
     std::string error;
+    std::unique_ptr<TextStream> text_stream;  // null: token-id mode
   };
   struct Event {
-    int choice;
-    RequestEvent ev;
+    ChoiceResult result;  // the new tokens (and text) of one choice
+    FinishReason reason = FinishReason::None;
+    std::string error;
   };
   std::mutex mu;
   std::condition_variable cv;
@@ -59,20 +69,54 @@ struct Job {
   int unfinished = 0;
   bool stream = false;
 
-  void on_event(int i, const RequestEvent& ev) {
+  // Returns true when a stop string ended the choice while the engine is still generating for it
+  // (the caller cancels the engine request).
+  bool on_event(int i, const RequestEvent& ev) {
     std::lock_guard lk(mu);
     Choice& c = choices[size_t(i)];
-    c.tokens.insert(c.tokens.end(), ev.new_tokens.begin(), ev.new_tokens.end());
+    if (c.finished) return false;  // after a stop string: the engine's leftovers and its cancellation
     c.prompt_tokens = ev.prompt_tokens;
-    if (ev.finished) {
+    ChoiceResult out;
+    out.index = i;
+    std::string delta;
+    bool stopped = false;
+    for (int32_t t : ev.new_tokens) {
+      c.tokens.push_back(t);
+      out.tokens.push_back(t);
+      if (c.text_stream) {
+        delta += c.text_stream->push(t);
+        if (c.text_stream->stopped()) {
+          stopped = true;
+          break;
+        }
+      }
+    }
+    if (stopped) {
+      c.finished = true;
+      c.reason = FinishReason::Stop;
+      c.stop_string = c.text_stream->matched_stop();
+      unfinished--;
+    } else if (ev.finished) {
+      if (c.text_stream && ev.reason != FinishReason::Error && ev.reason != FinishReason::Cancelled)
+        delta += c.text_stream->finish();
       c.finished = true;
       c.reason = ev.reason;
       c.stop_token = ev.stop_token;
       c.error = ev.error;
       unfinished--;
     }
-    if (stream) events.push_back(Event{i, ev});
+    if (c.text_stream) {
+      c.text += delta;
+      out.text = std::move(delta);
+    }
+    if (c.finished) {
+      out.finish_reason = finish_reason_name(c.reason);
+      out.stop_token = c.stop_token;
+      out.stop_string = c.stop_string;
+    }
+    if (stream) events.push_back(Event{std::move(out), c.finished ? c.reason : FinishReason::None, c.error});
     cv.notify_all();
+    return stopped && !ev.finished;
   }
   Usage usage() const {  // call with mu held (or after all finished)
     Usage u;
@@ -123,6 +167,12 @@ struct Server::Impl {
     limits.max_completion_tokens = opt.max_completion_tokens > 0
                                        ? std::min(opt.max_completion_tokens, limits.max_model_len - 1)
                                        : limits.max_model_len - 1;
+    if (opt.tokenizer) {
+      M3_CHECK(opt.tokenizer->vocab_size() == limits.vocab_size,
+               "serve: the tokenizer was loaded for a vocabulary of {} ids, the model has {}",
+               opt.tokenizer->vocab_size(), limits.vocab_size);
+      limits.tokenizer = opt.tokenizer.get();
+    }
     M3_CHECK(opt.max_concurrent_requests >= 1, "serve: max concurrent requests must be >= 1, got {}",
              opt.max_concurrent_requests);
     setup();
@@ -211,7 +261,9 @@ struct Server::Impl {
     return true;
   }
 
-  void completions(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+  enum class Api { Completions, Chat };
+
+  void completions(const httplib::Request& req, const std::string& body, httplib::Response& res, Api api) {
     if (!authorized(req, res)) return;
     if (draining) return send_error(res, err(503, "the server is shutting down", "server_error", "shutting_down"));
     std::shared_ptr<Slot> slot = acquire_slot();
@@ -219,17 +271,22 @@ struct Server::Impl {
       return send_error(res, err(429, fmt::format("too many concurrent requests (limit {})", opt.max_concurrent_requests),
                                  "rate_limit_error", "too_many_requests"));
     ApiError e;
-    std::optional<CompletionParams> p = parse_completion_request(body, limits, e);
+    std::optional<CompletionParams> p = api == Api::Chat ? parse_chat_request(body, limits, opt.chat_template.get(), e)
+                                                         : parse_completion_request(body, limits, e);
     if (!p) return send_error(res, e);
 
     auto job = std::make_shared<Job>();
     job->stream = p->stream;
     job->choices.resize(p->prompts.size());
     job->unfinished = int(p->prompts.size());
+    if (limits.tokenizer)
+      for (auto& c : job->choices)
+        c.text_stream = std::make_unique<TextStream>(*limits.tokenizer, p->stop, p->skip_special_tokens);
     for (size_t i = 0; i < p->prompts.size(); ++i) {
       try {
-        uint64_t id = engine.submit(p->request(i, random_seed()),
-                                    [job, i](const RequestEvent& ev) { job->on_event(int(i), ev); });
+        uint64_t id = engine.submit(p->request(i, random_seed()), [eng = &engine, job, i](const RequestEvent& ev) {
+          if (job->on_event(int(i), ev)) eng->cancel(ev.id, "stop string matched");
+        });
         std::lock_guard lk(job->mu);
         job->choices[i].engine_id = id;
       } catch (const std::exception& ex) {
@@ -239,13 +296,15 @@ struct Server::Impl {
         return send_error(res, ApiError{400, ex.what(), "invalid_request_error", "prompt", ""});
       }
     }
-    const std::string id = fmt::format("cmpl-{:016x}", next_cmpl++ ^ (random_seed() & 0xffffffff00000000ull));
+    const std::string id = fmt::format("{}-{:016x}", api == Api::Chat ? "chatcmpl" : "cmpl",
+                                       next_cmpl++ ^ (random_seed() & 0xffffffff00000000ull));
     const int64_t created = unix_now();
-    if (!p->stream) return finish_whole(res, job, id, created);
-    stream(res, job, id, created, p->include_usage, slot);
+    if (!p->stream) return finish_whole(res, job, id, created, api);
+    stream(res, job, id, created, p->include_usage, slot, api);
   }
 
-  void finish_whole(httplib::Response& res, const std::shared_ptr<Job>& job, const std::string& id, int64_t created) {
+  void finish_whole(httplib::Response& res, const std::shared_ptr<Job>& job, const std::string& id, int64_t created,
+                    Api api) {
     std::unique_lock lk(job->mu);
     job->cv.wait(lk, [&] { return job->unfinished == 0; });
     std::vector<ChoiceResult> out;
@@ -255,24 +314,30 @@ struct Server::Impl {
         return send_error(res, err(500, "generation failed: " + c.error, "server_error", "engine_error"));
       if (c.reason == FinishReason::Cancelled)
         return send_error(res, err(503, "the request was cancelled: " + c.error, "server_error", "cancelled"));
-      out.push_back(ChoiceResult{int(i), c.tokens, finish_reason_name(c.reason), c.stop_token});
+      ChoiceResult r{int(i), c.tokens, finish_reason_name(c.reason), c.stop_token, c.stop_string, std::nullopt};
+      if (c.text_stream) r.text = c.text;
+      out.push_back(std::move(r));
     }
-    res.set_content(completion_json(id, created, opt.model_name, out, job->usage()), "application/json");
+    res.set_content(api == Api::Chat ? chat_completion_json(id, created, opt.model_name, out, job->usage())
+                                     : completion_json(id, created, opt.model_name, out, job->usage()),
+                    "application/json");
   }
 
   void stream(httplib::Response& res, std::shared_ptr<Job> job, std::string id, int64_t created, bool include_usage,
-              std::shared_ptr<Slot> slot) {
+              std::shared_ptr<Slot> slot, Api api) {
     struct State {
       std::vector<size_t> emitted;
+      std::vector<bool> started;
       bool failed = false;
     };
     auto st = std::make_shared<State>();
     st->emitted.assign(job->choices.size(), 0);
+    st->started.assign(job->choices.size(), false);
     auto keepalive = std::chrono::duration<double>(opt.stream_keepalive_s);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, st, id, created, include_usage, keepalive, slot](size_t, httplib::DataSink& sink) -> bool {
+        [this, job, st, id, created, include_usage, keepalive, slot, api](size_t, httplib::DataSink& sink) -> bool {
           std::unique_lock lk(job->mu);
           bool woke = job->cv.wait_for(lk, keepalive, [&] { return !job->events.empty() || job->unfinished == 0; });
           std::deque<Job::Event> evs;
@@ -282,21 +347,28 @@ struct Server::Impl {
           lk.unlock();
           std::string out;
           for (auto& e : evs) {
-            const RequestEvent& ev = e.ev;
-            if (ev.finished && (ev.reason == FinishReason::Cancelled || ev.reason == FinishReason::Error)) {
-              ApiError ae = ev.reason == FinishReason::Error
-                                ? err(500, "generation failed: " + ev.error, "server_error", "engine_error")
-                                : err(503, "the request was cancelled: " + ev.error, "server_error", "cancelled");
+            if (e.reason == FinishReason::Cancelled || e.reason == FinishReason::Error) {
+              ApiError ae = e.reason == FinishReason::Error
+                                ? err(500, "generation failed: " + e.error, "server_error", "engine_error")
+                                : err(503, "the request was cancelled: " + e.error, "server_error", "cancelled");
               out += "data: " + error_json(ae) + "\n\n";
               st->failed = true;
               continue;
             }
-            ChoiceResult c{e.choice, ev.new_tokens, ev.finished ? finish_reason_name(ev.reason) : "", ev.stop_token};
-            out += "data: " + chunk_json(id, created, opt.model_name, c, st->emitted[size_t(e.choice)] > 0) + "\n\n";
-            st->emitted[size_t(e.choice)] += ev.new_tokens.size();
+            const size_t k = size_t(e.result.index);
+            out += "data: " +
+                   (api == Api::Chat ? chat_chunk_json(id, created, opt.model_name, e.result, !st->started[k])
+                                     : chunk_json(id, created, opt.model_name, e.result, st->emitted[k] > 0)) +
+                   "\n\n";
+            st->emitted[k] += e.result.tokens.size();
+            st->started[k] = true;
           }
           if (all_done) {
-            if (include_usage && !st->failed) out += "data: " + usage_chunk_json(id, created, opt.model_name, usage) + "\n\n";
+            if (include_usage && !st->failed)
+              out += "data: " +
+                     (api == Api::Chat ? chat_usage_chunk_json(id, created, opt.model_name, usage)
+                                       : usage_chunk_json(id, created, opt.model_name, usage)) +
+                     "\n\n";
             out += "data: [DONE]\n\n";
           }
           if (out.empty() && !woke) out = ": keep-alive\n\n";  // a write is how a gone client shows up
@@ -372,18 +444,40 @@ struct Server::Impl {
     http.Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
                 std::string body;
-                if (read_body(req, res, reader, body)) completions(req, body, res);
+                if (read_body(req, res, reader, body)) completions(req, body, res, Api::Completions);
+              });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                std::string body;
+                if (read_body(req, res, reader, body)) completions(req, body, res, Api::Chat);
+              });
+    http.Post("/tokenize",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                std::string body;
+                if (!read_body(req, res, reader, body) || !authorized(req, res)) return;
+                ApiError e;
+                auto ids = parse_tokenize_request(body, limits, opt.chat_template.get(), e);
+                if (!ids) return send_error(res, e);
+                res.set_content(tokenize_json(*ids, limits.max_model_len), "application/json");
+              });
+    http.Post("/detokenize",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                std::string body;
+                if (!read_body(req, res, reader, body) || !authorized(req, res)) return;
+                ApiError e;
+                auto text = parse_detokenize_request(body, limits, e);
+                if (!text) return send_error(res, e);
+                res.set_content(detokenize_json(*text), "application/json");
               });
     http.Get("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
       send_error(res, err(405, "use POST for /v1/completions", "invalid_request_error", "method_not_allowed"));
     });
-    for (const char* path : {"/v1/chat/completions", "/v1/embeddings"})
+    for (const char* path : {"/v1/embeddings"})
       http.Post(path, [this, path](const httplib::Request& req, httplib::Response& res,
                                    const httplib::ContentReader& reader) {
         std::string body;
         if (!read_body(req, res, reader, body)) return;
-        send_error(res, err(404, fmt::format("{} is not served: this checkpoint has no tokenizer or chat template; use "
-                                             "/v1/completions with token ids",
+        send_error(res, err(404, fmt::format("{} is not served (yet): use /v1/completions with a text prompt or token ids",
                                              path),
                             "invalid_request_error", "not_found"));
       });

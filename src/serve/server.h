@@ -1,5 +1,6 @@
 // The OpenAI-compatible HTTP server over an Engine (cpp-httplib): /v1/completions (JSON or SSE
-// streaming), /v1/models, /health, /metrics. Optional bearer-token auth on /v1/*, limits on body
+// streaming; text prompts, decoded text and stop strings when a tokenizer is given), /tokenize and
+// /detokenize (vLLM's), /v1/chat/completions (with a chat template), /v1/models, /health, /metrics. Optional bearer-token auth on /v1/*, limits on body
 // size, prompt length, max_tokens and concurrent completions, and a graceful shutdown that lets
 // live requests finish (or cancels them after a grace period) before the listener closes.
 #pragma once
@@ -8,6 +9,8 @@
 
 #include "runtime/engine.h"
 #include "serve/metrics.h"
+#include "text/template_chat.h"
+#include "text/tokenizer.h"
 
 namespace m3::serve {
 
@@ -22,6 +25,10 @@ struct ServerOptions {
   int max_concurrent_requests = 64; // completions in flight; more get 429
   int http_threads = 0;             // 0 = max_concurrent_requests + 8
   double stream_keepalive_s = 2.0;  // idle streams send an SSE comment this often (finds gone clients)
+  // The checkpoint's tokenizer (its vocab_size must be the model's); null = token-id mode.
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  // Its chat template (needs the tokenizer); null = /v1/chat/completions answers 400.
+  std::shared_ptr<const text::ChatTemplate> chat_template;
 };
 
 class Server {

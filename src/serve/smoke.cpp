@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -67,7 +68,9 @@ struct Client {
   }
 
   std::string body(const Case& c, bool stream) const {
-    json j = {{"model", model}, {"prompt", c.prompt}, {"max_tokens", c.max_tokens}, {"ignore_eos", true}};
+    // skip_special_tokens false: with a tokenizer, text is then exactly /detokenize of token_ids
+    json j = {{"model", model}, {"prompt", c.prompt}, {"max_tokens", c.max_tokens}, {"ignore_eos", true},
+              {"skip_special_tokens", false}};
     if (c.sampled) {
       j["temperature"] = 0.8;
       j["top_p"] = 0.95;
@@ -82,12 +85,26 @@ struct Client {
     return j.dump();
   }
 
-  // Checks one choice + usage against the case; returns "" or what is wrong.
-  static std::string check(const Case& c, const std::vector<int32_t>& ids, const std::string& text,
-                           const json& finish, const json& usage) {
+  // The server's /detokenize of `ids`, or nullopt when it has no tokenizer (or fails).
+  std::optional<std::string> detokenize(const std::vector<int32_t>& ids) {
+    auto res = http.Post("/detokenize", headers(), json{{"tokens", ids}}.dump(), "application/json");
+    if (!res || res->status != 200) return std::nullopt;
+    json j = json::parse(res->body, nullptr, false);
+    if (j.is_discarded() || !j.contains("prompt") || !j["prompt"].is_string()) return std::nullopt;
+    return j["prompt"].get<std::string>();
+  }
+
+  // Checks one choice + usage against the case; returns "" or what is wrong. The text spells the
+  // ids (a server without a tokenizer) or is their decoded text (one with).
+  std::string check(const Case& c, const std::vector<int32_t>& ids, const std::string& text, const json& finish,
+                    const json& usage) {
     if (int(ids.size()) != c.max_tokens)
       return fmt::format("got {} tokens, asked for {} (ignore_eos)", ids.size(), c.max_tokens);
-    if (text != ids_text(ids)) return fmt::format("text '{}' does not spell token_ids", text.substr(0, 80));
+    if (text != ids_text(ids)) {
+      std::optional<std::string> d = detokenize(ids);
+      if (!d) return fmt::format("text '{}' does not spell token_ids (and /detokenize is not served)", text.substr(0, 80));
+      if (text != *d) return fmt::format("text '{}' is not the decoded token_ids '{}'", text.substr(0, 80), d->substr(0, 80));
+    }
     if (finish != "length") return fmt::format("finish_reason {} (expected \"length\")", finish.dump());
     if (!usage.is_object()) return "no usage";
     if (usage.value("prompt_tokens", -1) != int(c.prompt.size()) || usage.value("completion_tokens", -1) != c.max_tokens ||

@@ -21,6 +21,9 @@
 #include "model/safetensors.h"
 #include "model/synthetic.h"
 #include "model/weight_table.h"
+#include "text/template_chat.h"
+#include "text/tiny_chat_template.h"
+#include "text/tokenizer.h"
 
 using namespace m3;
 using json = nlohmann::json;
@@ -173,6 +176,17 @@ TEST(MakeTiny, Command) {
   ModelWeights mem = synthetic_weights(spec, opt);
   ModelWeights a = load_model_weights(d.path / "a", spec);
   expect_same_weights(spec, a, mem);
+  // the chat template: the M3-style one that the template matrix checks against Python jinja2,
+  // found as the checkpoint's, its markers each one added token of the tiny tokenizer
+  ASSERT_TRUE(fs::exists(d.path / "a" / "chat_template.jinja"));
+  EXPECT_EQ(read_file(d.path / "a" / "chat_template.jinja"),
+            read_file(fs::path(M3_TEST_DATA) / "templates" / "m3_style.jinja"));
+  EXPECT_EQ(text::load_chat_template_source(d.path / "a"), std::string(text::tiny_chat_template()));
+  {
+    text::Tokenizer tok = text::Tokenizer::load((d.path / "a").string(), spec.vocab_size);
+    for (const char* marker : {"]~!b[", "]~b]", "[e~[", "<mm:think>", "</mm:think>", "]<]minimax[>["})
+      EXPECT_EQ(tok.encode(marker, false).size(), 1u) << marker;
+  }
 
   // the other spellings hold the same weights
   std::tie(rc, out) = run(bin + " make-tiny --out " + (d.path / "b").string() + " --seed " + std::to_string(seed) +

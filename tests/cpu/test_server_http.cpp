@@ -246,13 +246,15 @@ TEST(ServerHttp, BadRequestsGetJsonErrorsAndTheServerKeepsServing) {
   auto cli2 = live.client();  // httplib may close the connection after a 413
   expect_error(cli2.Get("/v1/nothing"), 404, "not_found", "no route");
   expect_error(cli2.Get("/v1/completions"), 405, "method_not_allowed", "POST");
-  expect_error(cli2.Post("/v1/chat/completions", "{}", "application/json"), 404, "not_found", "no tokenizer");
+  expect_error(cli2.Post("/v1/chat/completions", "{}", "application/json"), 400, "no_chat_template", "lacks tokenizer.json");
+  expect_error(cli2.Post("/tokenize", R"({"prompt":"hi"})", "application/json"), 400, "no_tokenizer", "no tokenizer.json");
   auto ok = cli2.Post("/v1/completions", R"({"model":"tiny","prompt":[1,2],"max_tokens":2})", "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
   auto page = cli2.Get("/metrics");
   ASSERT_TRUE(page);
-  EXPECT_NE(page->body.find("m3_http_responses_total{code=\"400\"} 4"), std::string::npos) << page->body;
+  // 4 completions, /tokenize and /v1/chat/completions without a tokenizer
+  EXPECT_NE(page->body.find("m3_http_responses_total{code=\"400\"} 6"), std::string::npos) << page->body;
 }
 
 // httplib checks set_payload_max_length only against Content-Length: a chunked body, a body
@@ -282,7 +284,7 @@ TEST(ServerHttp, BodyLimitHoldsForChunkedAndCompressedBodies) {
   expect_error(cli.Post("/nothing/here", chunked(huge), "application/json"), 413, "body_too_large", "4096");
   expect_error(cli.Post("/a%0Ab", chunked(huge), "application/json"), 413, "body_too_large", "4096");
   expect_error(cli.Put("/v1/completions", chunked(small), "application/json"), 404, "not_found", "no route for PUT");
-  expect_error(cli.Post("/v1/chat/completions", chunked(small), "application/json"), 404, "not_found", "no tokenizer");
+  expect_error(cli.Post("/v1/chat/completions", chunked(small), "application/json"), 400, "no_chat_template", "lacks");
   ok = cli.Post("/v1/completions", small, "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;

@@ -35,6 +35,34 @@ def metrics():
     return out
 
 
+def post(path, body, key=KEY):
+    """POST JSON to the server (outside /v1); returns (status, parsed body)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(URL + path, data=data, method="POST",
+                                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def tokenize(text, add_special_tokens=True):
+    status, body = post("/tokenize", {"prompt": text, "add_special_tokens": add_special_tokens})
+    assert status == 200, body
+    return body["tokens"]
+
+
+def detokenize(ids):
+    status, body = post("/detokenize", {"tokens": list(ids)})
+    assert status == 200, body
+    return body["prompt"]
+
+
+# Random text with multi-byte characters (split over byte tokens by the tiny vocabulary).
+PIECES = ["the", " dog", " robot", "é", "ü", "你", "好", "世界", "😀", "🚀", " ", "\n", ",", "42", " hello", "Привет"]
+
+
 def ids_of(choice):
     ids = getattr(choice, "token_ids", None)
     assert ids is not None, f"choice has no token_ids: {choice}"
@@ -56,7 +84,7 @@ class OpenAIClient(unittest.TestCase):
         return [self.rng.randrange(self.vocab) for _ in range(n)]
 
     def greedy(self, prompt, max_tokens=6, **extra):
-        body = {"ignore_eos": True}
+        body = {"ignore_eos": True, "skip_special_tokens": False}
         body.update(extra)
         return self.c.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0,
                                          extra_body=body)
@@ -77,7 +105,7 @@ class OpenAIClient(unittest.TestCase):
         ids = ids_of(ch)
         self.assertEqual(len(ids), 7)
         self.assertTrue(all(0 <= t < self.vocab for t in ids))
-        self.assertEqual(ch.text, " ".join(map(str, ids)))
+        self.assertEqual(ch.text, detokenize(ids))  # skip_special_tokens=False (greedy() sets it)
         self.assertEqual(ch.finish_reason, "length")
         self.assertEqual(r.usage.prompt_tokens, len(p))
         self.assertEqual(r.usage.completion_tokens, 7)
@@ -95,7 +123,8 @@ class OpenAIClient(unittest.TestCase):
         p = self.prompt()
         whole = ids_of(self.greedy(p, 9).choices[0])
         stream = self.c.completions.create(model=MODEL, prompt=p, max_tokens=9, temperature=0, stream=True,
-                                           stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+                                           stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True, "skip_special_tokens": False})
         ids, text, finish, usage = [], "", None, None
         for chunk in stream:
             if chunk.usage is not None:
@@ -106,7 +135,7 @@ class OpenAIClient(unittest.TestCase):
                 text += ch.text
                 finish = ch.finish_reason or finish
         self.assertEqual(ids, whole)
-        self.assertEqual(text, " ".join(map(str, whole)))
+        self.assertEqual(text, detokenize(whole))
         self.assertEqual(finish, "length")
         self.assertIsNotNone(usage)
         self.assertEqual(usage.completion_tokens, 9)
@@ -143,8 +172,9 @@ class OpenAIClient(unittest.TestCase):
     def test_errors(self):
         c = self.c
         mk = lambda **kw: (lambda: c.completions.create(**{"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 2, **kw}))
-        self.assert_error(openai.BadRequestError, mk(prompt="Hello world"), "no tokenizer")
-        self.assert_error(openai.BadRequestError, mk(prompt=["Hello", "world"]), "no tokenizer")
+        self.assert_error(openai.BadRequestError, mk(prompt=""), "empty string")
+        self.assert_error(openai.BadRequestError, mk(prompt=["Hello", ""]), "'prompt[1]' is an empty string")
+        self.assert_error(openai.BadRequestError, mk(prompt="x", stop=["a", 5]), "'stop[1]' must be a string")
         self.assert_error(openai.BadRequestError, mk(prompt=[]), "empty")
         self.assert_error(openai.BadRequestError, mk(prompt=[1, self.vocab]), "outside the vocabulary")
         self.assert_error(openai.BadRequestError, mk(prompt=[-5]), "outside the vocabulary")
@@ -154,7 +184,6 @@ class OpenAIClient(unittest.TestCase):
         self.assert_error(openai.BadRequestError, mk(temperature=2.5), "temperature")
         self.assert_error(openai.BadRequestError, mk(top_p=1.5), "top_p")
         self.assert_error(openai.BadRequestError, mk(n=3), "n = 1")
-        self.assert_error(openai.BadRequestError, mk(stop=["\n"]), "stop_token_ids")
         self.assert_error(openai.BadRequestError, mk(stream=True, extra_body={"ignore_eos": "yes"}), "ignore_eos")
         self.assert_error(openai.NotFoundError, mk(model="gpt-5"), "does not exist")
         self.assert_error(openai.AuthenticationError,
@@ -167,8 +196,138 @@ class OpenAIClient(unittest.TestCase):
             urllib.request.urlopen(req, timeout=10)
         self.assertEqual(cm.exception.code, 400)
         self.assertIn("not valid JSON", json.loads(cm.exception.read())["error"]["message"])
+        # invalid UTF-8 inside the prompt string names the field
+        status, body = post("/v1/completions", b'{"model": "' + MODEL.encode() + b'", "prompt": "ab\xff\xfe"}')
+        self.assertEqual(status, 400)
+        self.assertEqual(body["error"]["param"], "prompt")
+        self.assertEqual(body["error"]["code"], "invalid_utf8")
         # and it keeps serving
         self.assertEqual(len(ids_of(self.greedy(self.prompt(), 3).choices[0])), 3)
+
+    def random_text(self, n=None):
+        return "".join(self.rng.choice(PIECES) for _ in range(n or self.rng.randint(1, 12)))
+
+    def test_text_prompt(self):
+        p = self.random_text()
+        r = self.c.completions.create(model=MODEL, prompt=p, max_tokens=8, temperature=0,
+                                      extra_body={"ignore_eos": True, "skip_special_tokens": False})
+        ch = r.choices[0]
+        self.assertIsInstance(ch.text, str)
+        self.assertEqual(ch.text, detokenize(ids_of(ch)))
+        self.assertEqual(r.usage.prompt_tokens, len(tokenize(p)))
+        self.assertEqual(r.usage.completion_tokens, 8)
+        # the same as the prompt's token ids
+        self.assertEqual(ids_of(self.greedy(tokenize(p), 8).choices[0]), ids_of(ch))
+        # and special tokens are left out of the text by default
+        plain = self.c.completions.create(model=MODEL, prompt=p, max_tokens=8, temperature=0,
+                                          extra_body={"ignore_eos": True})
+        self.assertEqual(ids_of(plain.choices[0]), ids_of(ch))
+        self.assertLessEqual(len(plain.choices[0].text), len(ch.text))
+
+    def test_text_prompt_list(self):
+        p1, p2 = self.random_text(), self.random_text()
+        r = self.greedy([p1, p2], 5)
+        self.assertEqual([c.index for c in r.choices], [0, 1])
+        self.assertEqual(r.choices[0].text, self.greedy(p1, 5).choices[0].text)
+        self.assertEqual(r.choices[1].text, self.greedy(p2, 5).choices[0].text)
+        self.assertEqual(r.usage.prompt_tokens, len(tokenize(p1)) + len(tokenize(p2)))
+
+    def test_tokenize_round_trip(self):
+        for _ in range(20):
+            s = self.random_text() + self.rng.choice(["", "[e~[", "]~b]user"])
+            status, body = post("/tokenize", {"model": MODEL, "prompt": s})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["count"], len(body["tokens"]))
+            self.assertEqual(body["max_model_len"], self.max_len)
+            self.assertEqual(detokenize(body["tokens"]), s)
+        for path, bad, param in [("/tokenize", {"prompt": 5}, "prompt"),
+                                 ("/tokenize", {"prompt": "a", "add_special_tokens": "x"}, "add_special_tokens"),
+                                 ("/detokenize", {"tokens": [1, self.vocab]}, "tokens"),
+                                 ("/detokenize", {"tokens": "1 2"}, "tokens"),
+                                 ("/detokenize", {"tokens": [1, "2"]}, "tokens")]:
+            status, body = post(path, bad)
+            self.assertEqual(status, 400, (path, bad, body))
+            self.assertEqual(body["error"]["param"], param)
+            self.assertIn(param, body["error"]["message"])
+        status, body = post("/tokenize", b'{"prompt": "\xc3("}')
+        self.assertEqual((status, body["error"]["param"], body["error"]["code"]), (400, "prompt", "invalid_utf8"))
+
+    def spanning_stop(self, ids, whole):
+        """A 2-3 character stop string across the boundary of two tokens of `ids` (so the server sees
+        it arrive in pieces), or None. Texts of prefixes must extend each other (no character cut)."""
+        ks = list(range(1, len(ids) - 2))
+        self.rng.shuffle(ks)
+        for k in ks:
+            t1, t2 = detokenize(ids[:k]), detokenize(ids[:k + 1])
+            if not t1 or len(t2) <= len(t1) or not t2.startswith(t1) or not whole.startswith(t2):
+                continue
+            if "\ufffd" in t2:
+                continue
+            return t1[-self.rng.randint(1, min(2, len(t1))):] + t2[len(t1)]
+        return None
+
+    def test_stop_string(self):
+        tried = 0
+        for _ in range(6):
+            p = self.random_text()
+            r0 = self.greedy(p, 24).choices[0]
+            whole, ids = r0.text, ids_of(r0)
+            stop = self.spanning_stop(ids, whole)
+            if stop is None:
+                continue
+            tried += 1
+            want = whole[:whole.find(stop)]
+            r = self.greedy(p, 24, stop=[stop, "\x01never"])
+            ch = r.choices[0]
+            self.assertEqual(ch.text, want, f"stop {stop!r} in {whole!r}")
+            self.assertEqual(ch.finish_reason, "stop")
+            self.assertEqual(ch.model_extra.get("stop_reason"), stop)
+            self.assertEqual(r.usage.completion_tokens, len(ids_of(ch)))
+            stream = self.c.completions.create(model=MODEL, prompt=p, max_tokens=24, temperature=0, stream=True,
+                                               stop=[stop], extra_body={"ignore_eos": True, "skip_special_tokens": False})
+            text, finish = "", None
+            for chunk in stream:
+                for c in chunk.choices:
+                    text += c.text
+                    self.assertTrue(want.startswith(text), f"streamed past the stop {stop!r}: {text!r}")
+                    finish = c.finish_reason or finish
+            self.assertEqual(text, want)
+            self.assertEqual(finish, "stop")
+        self.assertGreater(tried, 0, "no stop string spanning two tokens was found in 6 completions")
+
+    def test_chat(self):
+        msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": self.random_text()}]
+        for mode in ["enabled", "disabled", "adaptive"]:
+            kw = {"ignore_eos": True, "skip_special_tokens": False, "chat_template_kwargs": {"thinking_mode": mode}}
+            r = self.c.chat.completions.create(model=MODEL, messages=msgs, max_completion_tokens=8, temperature=0,
+                                               extra_body=kw)
+            self.assertEqual(r.object, "chat.completion")
+            ch = r.choices[0]
+            self.assertEqual(ch.message.role, "assistant")
+            ids = ch.model_extra["token_ids"]
+            self.assertEqual(len(ids), 8)
+            self.assertEqual(ch.message.content, detokenize(ids))
+            self.assertEqual(r.usage.completion_tokens, 8)
+            self.assertGreater(r.usage.prompt_tokens, 10)
+            stream = self.c.chat.completions.create(model=MODEL, messages=msgs, max_completion_tokens=8, temperature=0,
+                                                    stream=True, stream_options={"include_usage": True}, extra_body=kw)
+            text, roles, usage = "", [], None
+            for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for c in chunk.choices:
+                    text += c.delta.content or ""
+                    if c.delta.role:
+                        roles.append(c.delta.role)
+            self.assertEqual(text, ch.message.content)
+            self.assertEqual(roles, ["assistant"])
+            self.assertEqual(usage.prompt_tokens, r.usage.prompt_tokens)
+            status, tok = post("/tokenize", {"messages": msgs, "chat_template_kwargs": {"thinking_mode": mode}})
+            self.assertEqual(status, 200, tok)
+            self.assertEqual(tok["count"], r.usage.prompt_tokens)
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.c.chat.completions.create(model=MODEL, messages=[{"role": "wizard", "content": "x"}], max_tokens=2)
+        self.assertIn("messages[0].role", str(cm.exception))
 
     def test_client_disconnect_cancels(self):
         before = metrics().get('m3_requests_finished_total{reason="cancelled"}', 0)
