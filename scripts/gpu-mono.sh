@@ -2,8 +2,8 @@
 # One device call for a mono change: correctness, then speed, in one run.
 #   1. GpuMono.* and GpuLayerRange.* of BIN (mono's logits bitwise native's, watchdog, creation);
 #   2. `m3mono bench` of BIN at one TP-4 rank of MiniMax-M3 (60 layers, CONTEXTS, decode batches
-#      BATCHES), paths native, mono and mono-noprefetch side by side (the same run), with the mono
-#      launch traced task by task (--trace);
+#      BATCHES), paths PATHS (default native,mono; variants as mono:key=value/..., see
+#      `m3mono bench --help`) side by side in the same run, the mono launch traced task by task;
 #   3. with OLD_BIN: its bench of native + mono at batch 1, so a change of the kernel itself is seen
 #      next to the run-to-run spread of native.
 #   scripts/gpu-mono.sh BIN [OLD_BIN] [BATCHES (default 1,4)] [CONTEXTS (default 8K)]
@@ -29,7 +29,7 @@ if [ -x "$BIN/m3_tests_gpu" ]; then
   grep -E '^\[  FAILED  \] Gpu' "$OUT/tests.log" >>"$table"
 fi
 LD_LIBRARY_PATH=$(libs "$BIN") timeout 500 "$BIN/m3mono" bench --tp-shard 4 --layers 60 --context "$CONTEXTS" \
-  --batch "$BATCHES" --paths native,mono,mono-noprefetch --trace "$OUT/trace.csv" --commit new \
+  --batch "$BATCHES" --paths "${PATHS:-native,mono}" --trace "$OUT/trace.csv" --commit new \
   --json "$OUT/bench-new.json" >"$OUT/bench-new.txt" 2>"$OUT/bench-new.log" || echo "bench new failed" >>"$table"
 grep -E "^decode" "$OUT/bench-new.txt" | sed "s/^/new: /" >>"$table"
 if [ -n "$OLD" ]; then

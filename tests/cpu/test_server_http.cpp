@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "model/synthetic.h"
+#include "common/tiny_reference.h"
 #include "ref/engine.h"
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
@@ -25,14 +26,9 @@ using nlohmann::json;
 
 namespace {
 
-const ModelSpec& tiny_spec() {
-  static ModelSpec s = synthetic_preset("tiny");
-  return s;
-}
-const ModelWeights& tiny_weights() {
-  static ModelWeights w = synthetic_weights(tiny_spec());
-  return w;
-}
+// the built-in tiny model, built once per binary (common/tiny_reference.h)
+const ModelSpec& tiny_spec() { return m3::test::tiny().spec; }
+const ModelWeights& tiny_weights() { return m3::test::tiny().weights; }
 
 class SlowBackend : public Backend {
  public:

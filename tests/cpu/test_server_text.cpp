@@ -15,6 +15,7 @@
 
 #include "common/random.h"
 #include "model/synthetic.h"
+#include "common/tiny_reference.h"
 #include "ref/engine.h"
 #include "runtime/engine.h"
 #include "serve/completion_api.h"
@@ -33,14 +34,9 @@ using nlohmann::json;
 
 namespace {
 
-const ModelSpec& tiny_spec() {
-  static ModelSpec s = synthetic_preset("tiny");
-  return s;
-}
-const ModelWeights& tiny_weights() {
-  static ModelWeights w = synthetic_weights(tiny_spec());
-  return w;
-}
+// the built-in tiny model, built once per binary (common/tiny_reference.h)
+const ModelSpec& tiny_spec() { return m3::test::tiny().spec; }
+const ModelWeights& tiny_weights() { return m3::test::tiny().weights; }
 std::shared_ptr<const text::Tokenizer> tiny_tokenizer() {
   static auto t = std::make_shared<const text::Tokenizer>(text::Tokenizer::from_json_text(
       text::tiny_tokenizer_json(tiny_spec().vocab_size, tiny_spec().bos_id, tiny_spec().eos_id), tiny_spec().vocab_size));
