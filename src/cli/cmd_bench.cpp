@@ -94,7 +94,7 @@ RunFn setup_bench(CLI::App& app) {
   app.add_option("--commit", o.commit, "commit recorded in the report (default $M3_COMMIT)");
   app.add_option("--tc-peak", o.tc_peak_tflops, "tensor-core peak TFLOP/s for the prefill fraction (default: measured)");
   app.add_option("--trace", o.trace,
-                 "mono: per-task device timestamps of each decode case's set-up step to TRACE.b<batch>.ctx<context>.csv "
+                 "mono: per-task device timestamps of each decode case's set-up step to TRACE.<path>.b<batch>.ctx<context>.csv "
                  "(op, item, layer, code, wait/run/end ns) and a per-op summary in the report");
   app.add_option("--json", a->json, "write the results as JSON");
   app.add_option("--chart", a->chart, "write a PNG of latency vs batch and context with the floor (needs matplotlib)");

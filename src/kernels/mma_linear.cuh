@@ -44,10 +44,14 @@
 //   deep (prefill): one warp = one tile, all P chains one after another; the running total (over
 //     chains) is kept in shared memory, the per-chain sum in registers.
 // Decode streams weights with ld.global.nc.L1::no_allocate (16 bytes per lane and row, U blocks
-// in flight per warp); activations go through L1 (__ldg), 16 bytes per lane, step and tile.
+// in flight per warp); activations go through L1 (__ldg), 16 bytes per lane, step and tile. The
+// mono kernel may instead stage a decode item's 16 weight rows in shared memory before the item's
+// inputs are ready (mma_stage_tile: bulk copies, mbarrier completion) and run it from there
+// (mma_linear_staged_item): the same bytes, blocks and sums, so the same bits.
 #pragma once
 #include <cstdint>
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/mma_common.cuh"
 #include "kernels/mma_params.h"
 #include "kernels/swiglu.cuh"
@@ -98,8 +102,18 @@ struct WRun<WeightFmt::BF16> {
   }
 };
 
-// Weight runs of rows n (h = 0) and n + 8 (h = 1) at element kc of a block; zero past K / N.
-template <WeightFmt W>
+// 16 bytes of a staged tile (shared memory).
+__device__ __forceinline__ uint4 ld_shared_16(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))));
+  return v;
+}
+
+// Weight runs of rows n (h = 0) and n + 8 (h = 1) at element kc of a block; zero past K / N. The
+// rows are in global memory, or (SMEM) in a staged tile: the same bytes either way.
+template <WeightFmt W, bool SMEM = false>
 __device__ __forceinline__ void load_wrun(WRun<W>& r, const uint8_t* const (&row)[2], const bool (&ok)[2], int kc,
                                           int K) {
   constexpr int es = W == WeightFmt::FP8 ? 1 : 2;
@@ -110,7 +124,9 @@ __device__ __forceinline__ void load_wrun(WRun<W>& r, const uint8_t* const (&row
       // the row is readable up to round_up(K, 16 / es) elements: run i of 16 / es elements is
       // readable when it starts before K
       const bool in = ok[h] && kc + i * (16 / es) < K;
-      r.v[h][i] = in ? wstream::ld_stream(row[h] + int64_t(kc + i * (16 / es)) * es) : make_uint4(0, 0, 0, 0);
+      const uint8_t* at = row[h] + int64_t(kc + i * (16 / es)) * es;
+      if constexpr (SMEM) r.v[h][i] = in ? ld_shared_16(at) : make_uint4(0, 0, 0, 0);
+      else r.v[h][i] = in ? wstream::ld_stream(at) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -236,14 +252,26 @@ __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t
 
 // One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 and tokens t0 .. t0 + 8*NT - 1;
 // chain[rt][nt][i] = +0 + block sum + block sum + ... (the order of the file header).
-template <WeightFmt W, ActFmt X, int RT, int NT>
+// staged (RT 1 only): the tile's rows are in shared memory (mma_stage_tile), row r at
+// staged + r * mma_staged_stride(ld_w); the same bytes, blocks and sums as from global memory.
+template <WeightFmt W, ActFmt X, int RT, int NT, bool SMEM = false>
 __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int t0, int blo, int bhi, int lane,
-                                          float (&chain)[RT][NT][4]) {
-  constexpr int U = blocks_in_flight<W>(RT);
+                                          float (&chain)[RT][NT][4], const uint8_t* staged = nullptr) {
+  static_assert(!SMEM || RT == 1, "staged tiles hold one row tile");
+  constexpr int U = SMEM ? 4 : blocks_in_flight<W>(RT);
   const int g = lane >> 2, t = lane & 3;
   const uint8_t* row[RT][2];
   bool rok[RT][2];
-  tile_rows<RT>(p.w, p.ld_w, n0, g, p.N, row, rok);
+  if constexpr (SMEM) {
+    const int64_t stride = mma_staged_stride(p.ld_w);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rok[0][h] = n0 + g + 8 * h < p.N;
+      row[0][h] = staged + (g + 8 * h) * stride;
+    }
+  } else {
+    tile_rows<RT>(p.w, p.ld_w, n0, g, p.N, row, rok);
+  }
   const uint8_t* xrow[NT];
   bool tok[NT];
 #pragma unroll
@@ -263,7 +291,7 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt) {
         const bool ok[2] = {live && rok[rt][0], live && rok[rt][1]};
-        load_wrun<W>(wr[u][rt], row[rt], ok, kc, p.K);
+        load_wrun<W, SMEM>(wr[u][rt], row[rt], ok, kc, p.K);
       }
     }
 #pragma unroll
@@ -310,6 +338,42 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
   g.sync();  // smem is reused by the group's next item
 }
 
+// ---- staged decode tiles (the mono kernel): the wide decode item (1 x 1 tile) with its weight rows
+// copied to shared memory ahead of the item (mma_staged_* in mma_params.h) ----
+// One thread: arms `bar` and copies row tile tile_n's rows (those before N, ld_w bytes each) into
+// `tile` (16-byte aligned). Rows at or past N are not copied and never read.
+__device__ __forceinline__ void mma_stage_tile(const MmaLinearParams& p, int tile_n, uint8_t* tile, uint64_t* bar) {
+  const int n0 = tile_n * 16, rows = min(16, p.N - n0);
+  const int64_t stride = mma_staged_stride(p.ld_w);
+  mbar_expect_tx(bar, uint32_t(rows * p.ld_w));
+  for (int r = 0; r < rows; ++r) bulk_g2s(tile + r * stride, p.w + int64_t(n0 + r) * p.ld_w, uint32_t(p.ld_w), bar);
+}
+
+// The decode item w (mma_linear_wide_item with RT = NT = 1) from its staged tile; the same bits.
+// The tile must be complete (its barrier waited on by every thread of the group).
+template <WeightFmt W, ActFmt X>
+__device__ __forceinline__ void mma_linear_staged_item(const MmaLinearParams& p, int64_t w, Group g, uint8_t* smem,
+                                                       const uint8_t* tile) {
+  const int tiles_n = mma_row_tiles(p);
+  const int tile_n = int(w % tiles_n), tile_t = int(w / tiles_n);
+  float* part = reinterpret_cast<float*>(smem);
+  const int lane = g.lane(), warp = g.warp(), P = p.chains;
+  const int n0 = tile_n * 16, t0 = tile_t * 8;
+  const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
+  if (warp < P) {
+    float chain[1][1][4];
+    mma::chain_sum<W, X, 1, 1, true>(p, n0, t0, mma::chain_begin(warp, blocks, P),
+                                     mma::chain_begin(warp + 1, blocks, P), lane, chain, tile);
+    mma::store_partials<1, 1>(chain, warp, lane, part);
+  }
+  g.sync();
+  mma::wide_epilogue<1, 1>(
+      part, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g,
+      [&](int n, float tot) { return mma::scaled<W>(p, tot, n); },
+      [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
+  g.sync();  // smem (and the tile) are reused by the group's next item
+}
+
 // ---- deep mode: one warp = one tile, chains one after another ----
 // tile_n, tile_t as in the wide mode; lane 0..31 of the warp that owns the tile;
 // wsmem: mma_deep_smem_floats_per_warp(RT, NT) floats private to the warp. No group barrier.
@@ -353,6 +417,10 @@ struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 72> {
   using Params = MmaLinearParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
     mma_linear_wide_item<W, X, 1, 1>(p, w, g, smem);
+  }
+  // The same item with its weight rows staged at tile (mma_stage_tile); the same bits.
+  __device__ static void run_staged(const Params& p, int64_t w, Group g, uint8_t* smem, const uint8_t* tile) {
+    mma_linear_staged_item<W, X>(p, w, g, smem, tile);
   }
 };
 // Deep: item = (kMmaDeepWarps row tiles, token tile); warp i of the group takes row tile

@@ -51,6 +51,17 @@ M3_HOST_DEVICE inline int mma_linear_chains(int N, int K, int sms) {
 M3_HOST_DEVICE constexpr int mma_wide_smem_floats(int rt, int nt, int chains) { return chains * rt * 8 * nt * 17; }
 M3_HOST_DEVICE constexpr int mma_deep_smem_floats_per_warp(int rt, int nt) { return rt * nt * 4 * 32; }
 
+// Staged decode tiles (mma_linear.cuh, mma_stage_tile): the 16 weight rows of one row tile of the
+// decode op (1 x 1 tiles) copied to shared memory, row r at r * stride. The stride is ld_w rounded
+// up to 128 bytes plus 64: the 8 lanes of a quarter warp read rows g and g + 1 at 16-byte offsets
+// 16 t (t < 4) of one block, which then fall in 8 distinct 16-byte bank groups. The tile follows
+// the chain partials in the group's shared memory, at a 128-byte boundary.
+M3_HOST_DEVICE constexpr int64_t mma_staged_stride(int64_t ld_w) { return (ld_w + 127) / 128 * 128 + 64; }
+M3_HOST_DEVICE constexpr int64_t mma_staged_tile_bytes(int64_t ld_w) { return 16 * mma_staged_stride(ld_w); }
+M3_HOST_DEVICE constexpr int mma_staged_tile_offset(int chains) {
+  return (mma_wide_smem_floats(1, 1, chains) * 4 + 127) / 128 * 128;
+}
+
 M3_HOST_DEVICE inline int mma_row_tiles(const MmaLinearParams& p) { return (p.N + 16 * p.rt - 1) / (16 * p.rt); }
 M3_HOST_DEVICE inline int mma_token_tiles(const MmaLinearParams& p) { return (p.M + 8 * p.nt - 1) / (8 * p.nt); }
 

@@ -62,6 +62,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/mma_linear.cuh"
 #include "kernels/moe_params.h"
@@ -367,6 +368,44 @@ __device__ __forceinline__ void chain_sum_staged(const MoeMmaParams& p, const ui
 }
 
 
+// Staged-tile decode chain (the mono kernel, moe_stage_tile): the same blocks, block sums and chain
+// sum as chain_sum (the same bits), the codes and scales read from the item's tile in shared
+// memory (row r of the tile: codes at r * moe_staged_code_stride(ld), scales at
+// 16 RT moe_staged_code_stride(ld) + r * sld).
+template <int RT>
+__device__ __forceinline__ void chain_sum_tile(const MoeMmaParams& p, const uint8_t* tile, int n0,
+                                               const uint16_t* const (&xr)[1], const bool (&tok)[1], int blo, int bhi,
+                                               int lane, float (&chain)[RT][1][4]) {
+  const int g = lane >> 2, t = lane & 3;
+  const int nchunks = (p.K + 31) / 32;
+  const int64_t cs = moe_staged_code_stride(p.ld);
+  const uint8_t* stile = tile + 16 * RT * cs;
+  bool rok[RT][2];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) rok[rt][h] = n0 + rt * 16 + g + 8 * h < p.N;
+  mma::zero<RT, 1>(chain);
+#pragma unroll 2
+  for (int b = blo; b < bhi; ++b) {
+    const int c = 4 * b + t;
+    const bool live = c < nchunks;
+    WBlk wr[RT];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = rt * 16 + g + 8 * h;
+        const bool ok = live && rok[rt][h];
+        wr[rt].v[h] = ok ? mma::ld_shared_16(tile + r * cs + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
+        wr[rt].m[h] = scale_mult(ok ? uint32_t(stile[r * p.sld + c]) : 127u);
+      }
+    const int kc = b * kMoeKBlock + 32 * t;
+    if ((b + 1) * kMoeKBlock <= p.K) block_mma<RT, 1, true>(wr, xr, tok, kc, p.K, chain);
+    else block_mma<RT, 1, false>(wr, xr, tok, kc, p.K, chain);
+  }
+}
+
 // Activation rows of the token tile starting at pair t0 of an entry ending at `end`.
 template <int NT>
 __device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int end, int g, const uint16_t* (&xr)[NT],
@@ -419,6 +458,62 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
     g.sync();
     mma::wide_epilogue<RT, NT>(
         smem, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, g, [](int, float tot) { return tot; },
+        [&](int pp, int col, float v) {
+          p.y[int64_t(pp) * p.ld_y + col] = v;
+          if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, col, v);
+        });
+    g.sync();  // the next token tile reuses smem
+  }
+}
+
+// ---- staged wide items (the mono kernel): the item's tile copied to shared memory ahead of it ----
+// One thread: arms `bar` with item w's tile (moe_staged_* in moe_params.h; the op's moe_can_stage)
+// and copies it into `tile` (16-byte aligned). An item whose entry does not exist in this step
+// copies nothing (its barrier completes at once). Reads the routing (entry_slot, num_entries): the
+// caller must have acquired its producer's completion.
+__device__ __forceinline__ void moe_stage_tile(const MoeMmaParams& p, int64_t w, uint8_t* tile, uint64_t* bar) {
+  constexpr int kRows = 16 * kMoeWideRT;
+  const int tiles = moe_row_tiles(p);
+  const int entry = p.max_entries - 1 - int(w / tiles);
+  if (entry >= *p.num_entries) {
+    mbar_expect_tx(bar, 0);
+    return;
+  }
+  const int slot = p.entry_slot[entry], n0 = int(w % tiles) * kRows;
+  const uint8_t* codes = p.codes + int64_t(slot) * p.slot_codes + int64_t(n0) * p.ld;
+  const int64_t cs = moe_staged_code_stride(p.ld);
+  const uint32_t sbytes = uint32_t(kRows * p.sld);
+  mbar_expect_tx(bar, uint32_t(kRows * p.ld) + sbytes);
+  for (int r = 0; r < kRows; ++r) bulk_g2s(tile + r * cs, codes + int64_t(r) * p.ld, uint32_t(p.ld), bar);
+  bulk_g2s(tile + kRows * cs, p.scales + int64_t(slot) * p.slot_scales + int64_t(n0) * p.sld, sbytes, bar);
+}
+
+// Item w of the wide op (MoeWideOp) from its staged tile (complete: its barrier waited on by every
+// thread of the group); the same bits as moe_mma_wide_work.
+__device__ __forceinline__ void moe_mma_staged_item(const MoeMmaParams& p, int64_t w, Group g, uint8_t* smem,
+                                                    const uint8_t* tile) {
+  constexpr int RT = kMoeWideRT;
+  const int tiles = moe_row_tiles(p);
+  const int entry = p.max_entries - 1 - int(w / tiles);
+  if (entry >= *p.num_entries) return;  // uniform over the group
+  const int lane = g.lane(), warp = g.warp(), P = p.chains;
+  const int begin = p.entry_begin[entry], end = p.entry_begin[entry + 1];
+  const int n0 = int(w % tiles) * 16 * RT;
+  const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock;
+  float* part = reinterpret_cast<float*>(smem);
+  for (int t0 = begin; t0 < end; t0 += 8) {
+    if (warp < P) {
+      const uint16_t* xr[1];
+      bool tok[1];
+      moe_mma::tile_tokens<1>(p, t0, end, lane >> 2, xr, tok);
+      float chain[RT][1][4];
+      moe_mma::chain_sum_tile<RT>(p, tile, n0, xr, tok, mma::chain_begin(warp, blocks, P),
+                                  mma::chain_begin(warp + 1, blocks, P), lane, chain);
+      mma::store_partials<RT, 1>(chain, warp, lane, part);
+    }
+    g.sync();
+    mma::wide_epilogue<RT, 1>(
+        part, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, g, [](int, float tot) { return tot; },
         [&](int pp, int col, float v) {
           p.y[int64_t(pp) * p.ld_y + col] = v;
           if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, col, v);
@@ -511,6 +606,10 @@ struct MoeWideOp : OpBounds<32 * kMoeMaxChains> {
     uint8_t* ring = S > 0 ? smem + moe_wide_partials_bytes(p.chains) : nullptr;
     moe_mma_wide_work<kMoeWideRT, kMoeWideNT, kU, S>(p, int(w % tiles), entry, g, reinterpret_cast<float*>(smem),
                                                       ring);
+  }
+  // The same item from its staged tile (moe_stage_tile); the same bits.
+  __device__ static void run_staged(const Params& p, int64_t w, Group g, uint8_t* smem, const uint8_t* tile) {
+    moe_mma_staged_item(p, w, g, smem, tile);
   }
 };
 

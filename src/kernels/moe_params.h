@@ -73,6 +73,26 @@ M3_HOST_DEVICE constexpr int moe_wide_partials_bytes(int chains) {
 M3_HOST_DEVICE constexpr int moe_wide_smem_bytes(int chains, int stages) {
   return moe_wide_partials_bytes(chains) + chains * (stages > 0 ? moe_wide_ring_bytes(kMoeWideRT, stages) : 0);
 }
+// Staged wide items (moe_mma.cuh, moe_stage_tile; the mono kernel): the 16 kMoeWideRT rows of one
+// item's tile in shared memory: codes at a padded stride (ld rounded up to 128 bytes, plus 64: the
+// 8 lanes of a quarter warp, rows g and g + 1 at 16-byte offsets 16 t, hit 8 distinct 16-byte bank
+// groups), then the rows' scale bytes as they are in global memory (contiguous, [rows][sld]),
+// rounded up to 16 bytes. The tile follows the chain partials at a 128-byte boundary.
+M3_HOST_DEVICE constexpr int64_t moe_staged_code_stride(int64_t ld) { return (ld + 127) / 128 * 128 + 64; }
+M3_HOST_DEVICE constexpr int64_t moe_staged_tile_bytes(int64_t ld, int64_t sld) {
+  return 16 * kMoeWideRT * moe_staged_code_stride(ld) + (16 * kMoeWideRT * sld + 15) / 16 * 16;
+}
+M3_HOST_DEVICE constexpr int moe_staged_tile_offset(int chains) {
+  return (moe_wide_partials_bytes(chains) + 127) / 128 * 128;
+}
+// Whether a wide op's tiles can be staged: whole row tiles (N a multiple of 16 kMoeWideRT, so no
+// copy reaches past a slot's rows) and 16-byte aligned code rows, slots and scale blocks.
+inline bool moe_can_stage(const MoeMmaParams& p) {
+  auto a16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  return !p.deep && p.N % (16 * kMoeWideRT) == 0 && p.ld % 16 == 0 && p.slot_codes % 16 == 0 &&
+         p.slot_scales % 16 == 0 && a16(p.codes) && a16(p.scales);
+}
+
 M3_HOST_DEVICE inline int moe_row_tiles(const MoeMmaParams& p) {
   const int rt = p.deep ? kMoeDeepRT : kMoeWideRT;
   return (p.N + 16 * rt - 1) / (16 * rt);

@@ -36,6 +36,11 @@ struct MonoOptions {
   // and where the tasks run (mono/task_table.h, TablePlacement).
   int poll_ns = 32;
   TablePlacement place;
+  int smem_min = 0;  // launch with at least this much dynamic shared memory (a smaller L1: experiments)
+  // fence = false (the default): a run's completion is published by the release add alone, no
+  // __threadfence before it (the release is cumulative over the CTA's writes that the barrier
+  // orders before it; measured b=1 -2.4%)
+  bool fence = false;
 };
 
 // Per-task timestamps of the last launch (MonoOptions::trace), ns from the earliest stamp.

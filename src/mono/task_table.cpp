@@ -36,8 +36,35 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
     o.code = uint8_t(*code);
     o.threads = sh.threads;
     o.smem = (sh.smem_bytes + 15) / 16 * 16;
+    if (const auto* ep = std::get_if<kernels::MoeMmaParams>(&c.params);
+        !place.ring && ep && *code == OpCode::MoeWideStaged3) {
+      // the same items on the register path (the same bits), without the ring's shared memory
+      o.code = uint8_t(OpCode::MoeWideRegs);
+      o.smem = (kernels::moe_wide_smem_bytes(ep->chains, 0) + 15) / 16 * 16;
+    }
+    if (const auto* mp = std::get_if<kernels::MmaLinearParams>(&c.params);
+        (place.stage & 1) && mp && *code == OpCode::MmaDecodeFp8F32) {
+      o.stage = 1;
+      o.smem = int(kernels::mma_staged_tile_offset(mp->chains) + kernels::mma_staged_tile_bytes(mp->ld_w) + 127) / 128 * 128;
+    }
+    if (const auto* ep = std::get_if<kernels::MoeMmaParams>(&c.params); (place.stage & 2) && ep &&
+        (*code == OpCode::MoeWideStaged3 || *code == OpCode::MoeWideRegs) && kernels::moe_can_stage(*ep)) {
+      // the latest route op before it that writes its entry list
+      for (size_t j = i; j-- > 0;) {
+        const auto* rp = std::get_if<kernels::MoeRouteParams>(&ops[j].params);
+        if (rp && rp->group.entry_slot == ep->entry_slot && rp->group.num_entries == ep->num_entries) {
+          o.stage = 2;
+          o.stage_wait = int32_t(j);
+          // partials, then the tile; the items past the groups take the register path (no ring)
+          o.smem = int(kernels::moe_staged_tile_offset(ep->chains) + kernels::moe_staged_tile_bytes(ep->ld, ep->sld) +
+                       127) / 128 * 128;
+          break;
+        }
+      }
+    }
     int groups = sh.threads > 0 ? std::min(cta_threads / sh.threads, kMaxGroups) : 1;
     if (o.smem > 0) groups = std::min(groups, cta_smem / o.smem);
+    if (o.smem > 0 && place.smem_cap > 0) groups = std::max(1, std::min(groups, place.smem_cap / o.smem));
     o.groups = uint8_t(std::max(groups, 1));
     if (o.smem > cta_smem)
       refuse(fmt::format("layer {} op {}: {} B of shared memory, the CTA has {}", c.layer, c.name, o.smem, cta_smem));
@@ -62,6 +89,16 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
     t.ops.push_back(o);
   }
   if (why && why->size() > refused) return {};
+  if (place.early)
+    for (size_t i = 2; i + 1 < t.ops.size(); ++i) {
+      const auto* sp = std::get_if<kernels::MoeSplitParams>(&ops[i].params);
+      const auto* rp = std::get_if<kernels::GemvParams>(&ops[i - 2].params);
+      if (sp && rp && t.ops[i - 1].code == uint8_t(OpCode::MoeRoute) && rp->x == sp->x &&
+          std::holds_alternative<kernels::MoeMmaParams>(ops[i + 1].params)) {
+        t.ops[i].wait_op = t.ops[i - 2].wait_op;  // the router's input: the norm
+        t.ops[i + 1].wait_op2 = int32_t(i - 1);   // gate/up: the split (wait_op) and the routing
+      }
+    }
   if (total > INT32_MAX) {
     refuse(fmt::format("mono: {} tasks", total));
     return {};
@@ -107,6 +144,10 @@ std::string check_task_order(const TaskTable& t) {
       if (g <= prev) return fmt::format("CTA {}: task {} (global {}) after global {}", c, i, g, prev);
       prev = g;
       if (o.wait_op >= k.op) return fmt::format("op {} waits for op {}, not an earlier one", k.op, o.wait_op);
+      if (o.wait_op2 >= k.op || (o.wait_op2 >= 0 && t.ops[size_t(o.wait_op2)].items <= 0))
+        return fmt::format("op {} waits for op {} too, not an earlier one with items", k.op, o.wait_op2);
+      if (o.stage_wait >= k.op || (o.stage == 2) != (o.stage_wait >= 0))
+        return fmt::format("op {} (stage {}) stages after op {}, not an earlier one", k.op, o.stage, o.stage_wait);
       if (o.wait_op >= 0 && t.ops[size_t(o.wait_op)].items <= 0)
         return fmt::format("op {} waits for op {}, which has no items", k.op, o.wait_op);
       ++seen[size_t(k.op)];

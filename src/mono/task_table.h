@@ -4,7 +4,7 @@
 // items distributed over the persistent CTAs as static per-CTA task lists.
 //
 // Order and dependencies (v0): the global order is (op, item) in plan order; op i's items wait
-// until every item of op i - 1 has completed (one counter per op; each op reads only what earlier
+// until every item of op i - 1 has completed (TablePlacement::early relaxes one of these: see there) (one counter per op; each op reads only what earlier
 // ops wrote, and op i - 1's completion implies all earlier ones'), so a CTA only ever waits for
 // tasks that come before its own in the global order; with every CTA resident (the cooperative
 // launch) no wait can deadlock. check_task_order() proves that on the built table. Serialized
@@ -28,16 +28,20 @@ constexpr int kParamBytes = 256;  // the largest op params (static_assert in tas
 struct alignas(16) MonoOp {
   uint8_t code = 0;          // OpCode
   uint8_t groups = 1;        // items of this op one CTA runs side by side (groups of `threads`)
-  uint8_t pad0[2] = {};
+  uint8_t stage = 0;         // staged weight tiles (TablePlacement::stage): 1 decode projection, 2 MoE wide
+  uint8_t pad0 = 0;
   int32_t threads = 0;       // the group that runs one item (the WorkShape's threads)
   int32_t smem = 0;          // its shared memory (each group's slice, 16-byte aligned)
   int32_t wait_op = -1;      // op whose items must all be done first (-1: none)
   int64_t items = 0;
   int32_t layer = -1;
   int32_t first_task = 0;    // global order of its item 0 (serialized mode)
+  int32_t stage_wait = -1;   // stage 2: the op whose completion the copies need (the routing), else -1
+  int32_t wait_op2 = -1;     // a second op whose items must all be done first (TablePlacement::early)
+  int32_t pad1[2] = {};
   alignas(16) uint8_t params[kParamBytes] = {};
 };
-static_assert(sizeof(MonoOp) == 32 + kParamBytes, "MonoOp layout (the kernel reads it)");
+static_assert(sizeof(MonoOp) == 48 + kParamBytes, "MonoOp layout (the kernel reads it)");
 constexpr int kMaxGroups = 15;  // named barriers 1 .. 15 (barrier 0 is the CTA's)
 
 struct MonoTask {
@@ -66,10 +70,29 @@ struct TaskTable {
 // round robin, the step 9% slower). With reserve = R > 0, the last R CTAs run only the small ops (at most
 // `small` items: norms, RoPE, top-k, combines, routing), which run only there: those SMs hold
 // just the small ops' code; the other ops are spread over the first grid - R CTAs.
+// Staging (stage: a mask, 1 the FP8 decode projections (qkv, O: op.stage 1), 2 the MoE wide expert
+// ops (gate/up, down: op.stage 2, when kernels::moe_can_stage)): each group's first item of a
+// run copy its weight tile into the group's shared memory (kernels::mma_stage_tile /
+// moe_stage_tile) while the CTA waits for the item's inputs; op.smem then holds the tile too
+// (which may lower op.groups). An expert tile needs the routing: stage_wait names the layer's route
+// op (the writer of the op's entry list), whose completion the copies wait for first. The items of
+// a run past its groups run unstaged (MoE: on the register path), with the same bits.
 struct TablePlacement {
   bool pin = true;
   int reserve = 0;
   int small = 8;
+  int stage = 0;  // off by default: measured slower (docs/mono.md)
+  // ring = false (the default): the MoE wide ops of the staged ring (cp.async) run on the register
+  // path instead (the same bits), so the kernel needs less shared memory and the SMs keep a larger
+  // L1 (measured: b=1 -12%, docs/perf.md 2026-12-02).
+  bool ring = false;
+  // early = true: the MoE split (it reads only the post-attention norm's output, as the router
+  // does) waits for that norm instead of the routing, so it runs beside the router GEMV and the
+  // routing; the gate/up op then waits for both the split and the routing (wait_op2). Default on.
+  bool early = true;
+  // smem_cap > 0: an op runs at most smem_cap / op.smem groups side by side (at least one), so the
+  // kernel needs at most max(smem_cap, the largest op.smem) bytes and the L1 keeps the rest.
+  int smem_cap = 0;
 };
 TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int cta_threads, int cta_smem,
                            std::vector<std::string>* why, const TablePlacement& place = {});

@@ -220,7 +220,7 @@ TEST(MonoTaskTable, EveryItemOnceInGlobalOrderAndASimulatedRunNeverDeadlocks) {
     const int grid = 1 + int(rng() % 40);
     std::vector<std::string> why;
     const TaskTable t = build_task_table(ops, grid, 512, 96 * 1024, &why);
-    ASSERT_TRUE(why.empty()) << why[0];
+    ASSERT_TRUE(why.empty()) << why[0];  // (random ops: no MoE layer, so `early` changes nothing)
     ASSERT_EQ(check_task_order(t), "");
     int64_t total = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -276,9 +276,21 @@ TEST(MonoTaskTable, EveryItemOnceInGlobalOrderAndASimulatedRunNeverDeadlocks) {
 // keep their values, and a bad key or value is an error naming it.
 TEST(MonoOptions, ParseNamesBadInput) {
   const MonoOptions d;
-  const MonoOptions o = parse_options("poll_ns=256/pin=0/reserve=4/small=6/grid=64/serialized=1/watchdog_ms=2.5");
+  const MonoOptions o =
+      parse_options("poll_ns=256/pin=0/reserve=4/small=6/stage=3/smem_min=1000/smem_cap=4096/ring=1/early=0/fence=1/"
+                    "grid=64/serialized=1/watchdog_ms=2.5");
   EXPECT_EQ(o.poll_ns, 256);
   EXPECT_FALSE(o.place.pin);
+  EXPECT_EQ(d.place.stage, 0);
+  EXPECT_EQ(o.place.stage, 3);
+  EXPECT_EQ(o.smem_min, 1000);
+  EXPECT_EQ(o.place.smem_cap, 4096);
+  EXPECT_TRUE(o.place.ring);
+  EXPECT_FALSE(o.place.early);
+  EXPECT_TRUE(o.fence);
+  EXPECT_FALSE(d.place.ring);
+  EXPECT_TRUE(d.place.early);
+  EXPECT_FALSE(d.fence);
   EXPECT_EQ(o.place.reserve, 4);
   EXPECT_EQ(o.place.small, 6);
   EXPECT_EQ(o.grid, 64);
@@ -303,6 +315,197 @@ TEST(MonoOptions, ParseNamesBadInput) {
   fails_naming("reserve=3x", "reserve=3x");
   fails_naming("poll_ns", "poll_ns");
   fails_naming("=5", "=5");
+}
+
+// Staging: every FP8 decode projection (and nothing else) is marked staged, its group's shared
+// memory holds the chain partials and then, at a 128-byte boundary, the 16 rows of its tile at the
+// padded stride; the groups shrink to what the CTA's shared memory holds; stage = 0 leaves the
+// table as it was.
+TEST(MonoTaskTable, StagedProjectionsHoldTheirTile) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<native::OpCall> ops;
+  for (int layer = 0; layer < 4; ++layer)
+    for (int i = 0; i < 6; ++i) {
+      native::OpCall c = random_op(rng, layer);
+      if (auto* mp = std::get_if<kernels::MmaLinearParams>(&c.params)) mp->ld_w = 16 * (1 + int64_t(rng() % 700));  // tiles up to 178 KB
+      ops.push_back(c);
+    }
+  const int cta_smem = 200 * 1024;
+  const TaskTable on = build_task_table(ops, 32, 512, cta_smem, nullptr, TablePlacement{true, 0, 8, 1});
+  const TaskTable off = build_task_table(ops, 32, 512, cta_smem, nullptr, TablePlacement{true, 0, 8, 0});
+  ASSERT_EQ(on.ops.size(), ops.size());
+  ASSERT_EQ(off.ops.size(), ops.size());
+  ASSERT_EQ(check_task_order(on), "");
+  int staged = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const MonoOp &a = on.ops[i], &b = off.ops[i];
+    EXPECT_EQ(b.stage, 0);
+    const auto* mp = std::get_if<kernels::MmaLinearParams>(&ops[i].params);
+    if (!mp) {
+      EXPECT_EQ(a.stage, 0);
+      EXPECT_EQ(a.smem, b.smem);
+      EXPECT_EQ(a.groups, b.groups);
+      continue;
+    }
+    ++staged;
+    EXPECT_EQ(a.stage, 1) << "op " << i;
+    const int64_t stride = kernels::mma_staged_stride(mp->ld_w);
+    EXPECT_EQ(stride % 128, 64) << "ld_w " << mp->ld_w;
+    EXPECT_GE(stride, mp->ld_w);
+    const int off_tile = kernels::mma_staged_tile_offset(mp->chains);
+    EXPECT_EQ(off_tile % 128, 0);
+    EXPECT_GE(off_tile, b.smem) << "the tile overlaps the chain partials";
+    EXPECT_GE(a.smem, off_tile + 16 * stride);
+    EXPECT_EQ(a.smem % 128, 0);
+    EXPECT_LE(int(a.groups) * a.smem, cta_smem);
+    EXPECT_GE(a.groups, 1);
+    EXPECT_LE(a.groups, b.groups);
+    EXPECT_LE(on.max_smem, cta_smem);
+  }
+  if (staged == 0) GTEST_SKIP() << "no projection drawn with this seed";
+}
+
+// A MoE layer's ops as the decode plan lays them out (post norm, router GEMV, routing, split,
+// gate/up, down, combine), with their buffers shared the way the plan shares them.
+std::vector<native::OpCall> moe_layer_ops(int layer, int M, std::vector<std::vector<uint8_t>>& bufs) {
+  auto buf = [&](size_t bytes) {
+    bufs.emplace_back(bytes);
+    return bufs.back().data();
+  };
+  auto* x = reinterpret_cast<float*>(buf(4096));
+  auto* slot = reinterpret_cast<int32_t*>(buf(1024));
+  auto* num = reinterpret_cast<int32_t*>(buf(64));
+  std::vector<native::OpCall> ops;
+  auto add = [&](native::OpKind k, const char* name, native::OpParams p) {
+    native::OpCall c;
+    c.kind = k;
+    c.name = name;
+    c.stage = "test";
+    c.layer = layer;
+    c.params = p;
+    ops.push_back(c);
+  };
+  kernels::RmsNormParams np;
+  np.M = M;
+  np.n = 256;
+  np.y = x;
+  add(native::OpKind::RmsNorm, "post_norm", np);
+  kernels::GemvParams gp;
+  gp.x = x;
+  gp.N = 16;
+  gp.K = 256;
+  gp.M = M;
+  gp.wfmt = kernels::WeightFmt::F32;
+  add(native::OpKind::Gemv, "router", gp);
+  kernels::MoeRouteParams rp;
+  rp.select.M = M;
+  rp.group.entry_slot = slot;
+  rp.group.num_entries = num;
+  add(native::OpKind::MoeRoute, "route", rp);
+  kernels::MoeSplitParams sp;
+  sp.x = x;
+  sp.K = 256;
+  sp.M = M;
+  sp.ld_xs = 512;
+  add(native::OpKind::MoeSplit, "split", sp);
+  for (const char* name : {"gate_up", "down"}) {
+    kernels::MoeMmaParams mp;
+    mp.N = 64;
+    mp.K = 256;
+    mp.ld = 128;
+    mp.sld = 8;
+    mp.chains = 2;
+    mp.stages = 3;
+    mp.max_entries = 5;
+    mp.entry_slot = slot;
+    mp.num_entries = num;
+    add(native::OpKind::MoeMma, name, mp);
+  }
+  kernels::MoeCombineParams cp;
+  cp.H = 256;
+  cp.M = M;
+  add(native::OpKind::MoeCombine, "combine", cp);
+  return ops;
+}
+
+// early: the split waits for the norm (its only input) instead of the routing, gate/up for the
+// split and the routing; a simulated run under the kernel's rule (both waits) never starts an op
+// before the ops it reads from, and never deadlocks. ring = false puts the staged-ring expert ops
+// on the register path with only their partials' shared memory. Without them the table is as it was.
+TEST(MonoTaskTable, EarlySplitAndRegisterPath) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<native::OpCall> ops;
+  for (int l = 0; l < 3; ++l) {
+    auto v = moe_layer_ops(l, 1 + int(rng() % 4), bufs);
+    ops.insert(ops.end(), v.begin(), v.end());
+  }
+  TablePlacement early;  // the defaults
+  TablePlacement plain;
+  plain.early = false;
+  plain.ring = true;
+  EXPECT_TRUE(early.early);
+  EXPECT_FALSE(early.ring);
+  const TaskTable base = build_task_table(ops, 16, 512, 96 * 1024, nullptr, plain);
+  const TaskTable t = build_task_table(ops, 16, 512, 96 * 1024, nullptr, early);
+  ASSERT_EQ(t.ops.size(), ops.size());
+  ASSERT_EQ(check_task_order(t), "");
+  const int per = 7;  // ops per layer
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const int k = int(i) % per;
+    EXPECT_EQ(base.ops[i].wait_op, int(i) - 1);
+    EXPECT_EQ(base.ops[i].wait_op2, -1);
+    EXPECT_EQ(t.ops[i].wait_op, k == 3 ? int(i) - 3 : int(i) - 1) << "op " << i;
+    EXPECT_EQ(t.ops[i].wait_op2, k == 4 ? int(i) - 2 : -1) << "op " << i;
+    if (k == 4 || k == 5) {
+      EXPECT_EQ(base.ops[i].code, uint8_t(OpCode::MoeWideStaged3));
+      EXPECT_EQ(t.ops[i].code, uint8_t(OpCode::MoeWideRegs));
+      EXPECT_LT(t.ops[i].smem, base.ops[i].smem);
+      EXPECT_EQ(t.ops[i].smem, (kernels::moe_wide_smem_bytes(2, 0) + 15) / 16 * 16);
+    } else {
+      EXPECT_EQ(t.ops[i].code, base.ops[i].code);
+    }
+  }
+  // the ops each one reads from: the previous op, except split (the norm) and gate/up (split, route)
+  auto inputs = [&](int i) {
+    const int k = i % per;
+    if (k == 3) return std::vector<int>{i - 3};
+    if (k == 4) return std::vector<int>{i - 1, i - 2};
+    return i > 0 ? std::vector<int>{i - 1} : std::vector<int>{};
+  };
+  bool split_beside = false;  // some interleaving ran a split item before the routing ended
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int64_t> done(t.ops.size(), 0);
+    std::vector<int32_t> at(16);
+    for (int c = 0; c < 16; ++c) at[size_t(c)] = t.cta_begin[size_t(c)];
+    int64_t ran = 0;
+    auto met = [&](int w) { return w < 0 || done[size_t(w)] == t.ops[size_t(w)].items; };
+    for (;;) {
+      std::vector<int> ready;
+      for (int c = 0; c < 16; ++c) {
+        if (at[size_t(c)] == t.cta_begin[size_t(c + 1)]) continue;
+        const MonoOp& o = t.ops[size_t(t.tasks[size_t(at[size_t(c)])].op)];
+        if (met(o.wait_op) && met(o.wait_op2)) ready.push_back(c);
+      }
+      if (ready.empty()) break;
+      const int c = ready[rng() % ready.size()];
+      const MonoTask k = t.tasks[size_t(at[size_t(c)]++)];
+      for (int j : inputs(k.op)) ASSERT_TRUE(met(j)) << "op " << k.op << " started before its input op " << j;
+      if (k.op % per == 3 && !met(k.op - 1)) split_beside = true;
+      ++done[size_t(k.op)];
+      ++ran;
+    }
+    ASSERT_EQ(ran, t.num_tasks()) << "deadlock";
+  }
+  EXPECT_TRUE(split_beside) << "the split never ran beside the routing";
+  // a second wait on a later op is caught
+  TaskTable bad = t;
+  bad.ops[4].wait_op2 = 5;
+  EXPECT_NE(check_task_order(bad), "");
 }
 
 // Placement: pinned, every op of a code runs its item w on the same CTA in every layer; with

@@ -7,10 +7,13 @@
 // refused ("broken"); creation allocates only tables, counters and the error record.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "mono/mono.h"
+#include "mono/options.h"
 #include "native/forward_model.h"
 #include "test_cuda_backend_util.h"
 
@@ -33,6 +36,13 @@ std::unique_ptr<native::CudaBackend> with_mono(const PreparedModel& m, native::C
   if (auto* refusal = std::get_if<mono::Refusal>(&r)) ADD_FAILURE() << refusal->text();
   else be->add_layer_range_runner(std::move(std::get<std::unique_ptr<mono::MonoRunner>>(r)));
   return be;
+}
+
+// The options the tests run mono with: the defaults, or M3_TEST_MONO_OPTIONS ("key=value/...",
+// mono/options.h) to check an experiment's bits before it becomes the default.
+mono::MonoOptions env_options() {
+  const char* e = std::getenv("M3_TEST_MONO_OPTIONS");
+  return e ? mono::parse_options(e) : mono::MonoOptions{};
 }
 
 struct Seq {
@@ -96,8 +106,9 @@ void run_model(const char* name, const PreparedModel& m, const std::vector<int>&
   const int per = (longest + steps + 8 + bs - 1) / bs;
   for (DType cache : {DType::F8_E4M3, DType::BF16})
     for (bool graphs : {true, false})
-      for (bool serialized : {false, true}) {
-        if (serialized && (graphs || cache == DType::BF16)) continue;  // the debug mode once per model
+      for (int mode : {0, 1, 2}) {  // 0 the default options, 1 serialized, 2 every weight tile staged (stage=3)
+        const bool serialized = mode == 1;
+        if (mode > 0 && (graphs || cache == DType::BF16)) continue;  // the other modes once per model
         std::mt19937_64 rng(seed);
         std::vector<Seq> seqs(prompts.size());
         for (size_t i = 0; i < seqs.size(); ++i) {
@@ -108,14 +119,15 @@ void run_model(const char* name, const PreparedModel& m, const std::vector<int>&
         o.num_cache_blocks = int(seqs.size()) * per;
         o.kv_dtype = o.ik_dtype = cache;
         o.cuda_graphs = graphs;
-        mono::MonoOptions mo;
+        mono::MonoOptions mo = env_options();
         mo.serialized = serialized;
+        if (mode == 2) mo.place.stage = 3;
         auto nat = native::make_cuda_backend(m.pw, o);
         auto mon = with_mono(m, o, mo);
         for (auto* b : {nat.get(), mon.get()}) b->kv_cache().fill(0x7f, nullptr);  // NaN poison
         M3_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::string what = fmt::format("{} {} caches, graphs {}, serialized {}", name,
-                                             cache == DType::BF16 ? "bf16" : "fp8", graphs, serialized);
+        const std::string what = fmt::format("{} {} caches, graphs {}, serialized {}, stage {}", name,
+                                             cache == DType::BF16 ? "bf16" : "fp8", graphs, serialized, mo.place.stage);
         int mono_steps = 0;
         const size_t rows = compare(m, *nat, *mon, seqs, steps, rng, &mono_steps, what.c_str());
         EXPECT_EQ(mono_steps, steps) << what;
@@ -186,10 +198,13 @@ TEST(GpuMono, CreationAllocatesOnlyItsTables) {
   M3_CUDA_CHECK(cudaDeviceSynchronize());
   size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
   M3_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-  auto r = mono::create(be->model(), mono::MonoOptions{});
+  mono::MonoOptions staged;
+  staged.place.stage = 3;
+  auto r = mono::create(be->model(), staged);
   ASSERT_TRUE(std::holds_alternative<std::unique_ptr<mono::MonoRunner>>(r));
   auto& runner = std::get<std::unique_ptr<mono::MonoRunner>>(r);
   const std::string desc0 = runner->describe();
+  const mono::MonoRunner* rp = runner.get();  // owned by the backend from here
   be->add_layer_range_runner(std::move(runner));
   M3_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
   const StepOutput out = be->step(StepBatch{{SeqStep{300, {7}, table, false}}});
@@ -201,6 +216,15 @@ TEST(GpuMono, CreationAllocatesOnlyItsTables) {
   const double created = double(free0) - double(free1), first_step = double(free1) - double(free2);
   std::printf("  [mono] create: %.1f MB, first step (tables + graph): %.1f MB; weights arena %.1f MB; %s\n",
               created / 1e6, first_step / 1e6, double(m.pw->device_bytes()) / 1e6, desc0.c_str());
+  // stage=3 stages the weight tiles of every sparse layer's two projections and two expert ops
+  const std::string desc1 = rp->describe();
+  int proj = -1, expert = -1;
+  const size_t at = desc1.find("staged tiles: ");
+  ASSERT_NE(at, std::string::npos) << desc1;
+  ASSERT_EQ(std::sscanf(desc1.c_str() + at, "staged tiles: %d projection ops, %d expert ops", &proj, &expert), 2) << desc1;
+  const int sparse = be->model().sparse_range().last - be->model().sparse_range().first;
+  EXPECT_EQ(proj, 2 * sparse) << desc1;
+  EXPECT_EQ(expert, 2 * sparse) << desc1;
   EXPECT_LT(created, 8e6);
   EXPECT_LT(first_step, 64e6);
   EXPECT_LT(created + first_step, 0.5 * double(m.pw->device_bytes()));

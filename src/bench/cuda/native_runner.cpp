@@ -12,6 +12,7 @@
 // pass plan built and run, the last row's lm_head, its logits to the host (timed with events).
 // One forward serves every case: launches are sized for the longest case (max_model_len), as a
 // server's backend sizes them for its max_model_len.
+#include <cctype>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -263,7 +264,11 @@ class NativeRunner final : public StepRunner {
   // The set-up step's mono launch, task by task, to the --trace file of this case.
   void write_trace(const BenchCase& c) {
     const auto tr = runner_->trace();
-    const std::string path = fmt::format("{}.b{}.ctx{}.csv", env_.trace, c.batch, c.context);
+    // one file per path (variants like mono:stage=3 get their options in the name, '/' and '=' as '_')
+    std::string tag = name_;
+    for (char& ch : tag)
+      if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    const std::string path = fmt::format("{}.{}.b{}.ctx{}.csv", env_.trace, tag, c.batch, c.context);
     FILE* f = std::fopen(path.c_str(), "w");
     M3_CHECK(f != nullptr, "bench mono: --trace: cannot write {}", path);
     std::fprintf(f, "op,item,layer,code,wait_ns,run_ns,end_ns\n");

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/attention.cuh"
+#include "kernels/bulk_copy.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/indexer.cuh"
 #include "kernels/mma_linear.cuh"
@@ -79,22 +80,35 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
   }
 }
 
-// Thread 0: waits until task (op, item)'s dependency is met. Returns false when the kernel must
-// stop (this wait tripped the watchdog, or another CTA's did).
-__device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index, int32_t item, uint64_t epoch, int cta,
-                         int task) {
-  const unsigned long long* c;
-  unsigned long long target;
-  if (a.serialized) {
-    const int64_t g = int64_t(op.first_task) + item;
-    c = a.seq;
-    target = (epoch - 1) * uint64_t(a.num_tasks) + uint64_t(g);
+// A staged item (op.stage, the kernels' run_staged): its tile is complete. One function each, as
+// the op bodies above.
+__device__ __noinline__ void run_staged_mma(int64_t item, Group g, uint8_t* smem) {
+  using Op = MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>;
+  const auto& p = *reinterpret_cast<const Op::Params*>(params_s);
+  Op::run_staged(p, item, g, smem, smem + mma_staged_tile_offset(p.chains));
+}
+__device__ __noinline__ void run_staged_moe(int64_t item, Group g, uint8_t* smem) {
+  const auto& p = *reinterpret_cast<const MoeMmaParams*>(params_s);
+  MoeWideOp<0>::run_staged(p, item, g, smem, smem + moe_staged_tile_offset(p.chains));
+}
+
+// One thread: arms group slot k's barrier and copies item's tile into the slot (smem_k: the
+// group's shared memory).
+__device__ void stage_item(const MonoOp& op, int64_t item, uint8_t* smem_k, uint64_t* bar) {
+  if (op.stage == 1) {
+    const auto& p = *reinterpret_cast<const MmaLinearParams*>(op.params);
+    mma_stage_tile(p, int(item % mma_row_tiles(p)), smem_k + mma_staged_tile_offset(p.chains), bar);
   } else {
-    if (op.wait_op < 0) return true;
-    c = a.counters + size_t(op.wait_op) * kCounterStride;
-    target = epoch * uint64_t(a.ops[op.wait_op].items);
+    const auto& p = *reinterpret_cast<const MoeMmaParams*>(op.params);
+    moe_stage_tile(p, item, smem_k + moe_staged_tile_offset(p.chains), bar);
   }
-  if (op_index == a.fault_op) target += 1;  // tests: a target nobody reaches
+}
+
+// Thread 0: spins until *c >= target (acquire loads). Returns false when the kernel must stop: this
+// wait passed the watchdog (recorded as task `task` of op op_index waiting on `waited`, -2 for the
+// serial counter), or another CTA's did.
+__device__ bool wait_counter(const KernelArgs& a, const MonoOp& op, int32_t op_index, int cta, int task,
+                             const unsigned long long* c, unsigned long long target, int32_t waited) {
   if (ld_acquire(c) >= target) return true;
   const uint64_t t0 = global_ns();
   for (uint32_t spin = 0;; ++spin) {
@@ -107,7 +121,7 @@ __device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index
         e->cta = cta;
         e->task = task;
         e->op = op_index;
-        e->wait_op = a.serialized ? -2 : op.wait_op;
+        e->wait_op = waited;
         e->layer = op.layer;
         e->target = target;
         e->value = ld_acquire(c);
@@ -120,10 +134,46 @@ __device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index
   }
 }
 
+// The completions of op `w` that the current epoch needs (all its items, every epoch so far).
+__device__ __forceinline__ bool wait_op_done(const KernelArgs& a, const MonoOp& op, int32_t op_index, uint64_t epoch,
+                                             int cta, int task, int32_t w, bool fault) {
+  const unsigned long long target = epoch * uint64_t(a.ops[w].items) + (fault ? 1 : 0);
+  return wait_counter(a, op, op_index, cta, task, a.counters + size_t(w) * kCounterStride, target, w);
+}
+
+// Thread 0: waits until task (op, item)'s dependencies are met: op.wait_op (and op.wait_op2), or in
+// the serialized mode every task before it in the global order; for_stage: op.stage_wait, in either
+// mode. Returns false when the kernel must stop. The fault op of the tests gets a target nobody
+// reaches.
+__device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index, int32_t item, uint64_t epoch, int cta,
+                         int task, bool for_stage = false) {
+  if (for_stage) return wait_op_done(a, op, op_index, epoch, cta, task, op.stage_wait, false);
+  const bool fault = op_index == a.fault_op;
+  if (a.serialized) {
+    const int64_t g = int64_t(op.first_task) + item;
+    const unsigned long long target = (epoch - 1) * uint64_t(a.num_tasks) + uint64_t(g) + (fault ? 1 : 0);
+    return wait_counter(a, op, op_index, cta, task, a.seq, target, -2);
+  }
+  if (op.wait_op2 >= 0 && !wait_op_done(a, op, op_index, epoch, cta, task, op.wait_op2, false)) return false;
+  return op.wait_op < 0 || wait_op_done(a, op, op_index, epoch, cta, task, op.wait_op, fault);
+}
+
 __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int go;
+  // staging (op.stage): group k's first item of a run has its weight tile copied into the group's
+  // shared memory while thread 0 waits; stage_bar[k] completes when it has landed, and
+  // stage_phase bit k is the parity of that completion
+  __shared__ __align__(8) uint64_t stage_bar[kMaxGroups];
+  __shared__ uint32_t stage_phase;
+  __shared__ int staged;  // groups armed for this run
   const int cta = int(blockIdx.x), tid = int(threadIdx.x);
+  if (tid == 0) {
+    for (int k = 0; k < kMaxGroups; ++k) mbar_init(&stage_bar[k], 1);
+    stage_phase = 0;
+    mbar_init_fence();
+  }
+  __syncthreads();
   const uint64_t epoch = a.epochs[cta] + 1;  // every CTA ran the kernel as often: the same value
   bool done = true;
   const int32_t begin = a.cta_begin[cta], end = a.cta_begin[cta + 1];
@@ -143,10 +193,24 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
     if (tid == 0) {
       if (a.trace)
         for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item)] = global_ns();
-      go = wait_for(a, op, t.op, t.item, epoch, cta, i) ? 1 : 0;
+      // the weights do not depend on the wait: their copies run while it lasts (an expert's tile
+      // needs the routing first)
+      bool ok = op.stage != 2 || wait_for(a, op, t.op, t.item, epoch, cta, i, true);
+      staged = 0;
+      if (ok && op.stage) {
+        proxy_fence_shared();
+        for (int k = 0; k < G; ++k) {
+          stage_item(op, a.tasks[i + k].item, smem + size_t(k) * op.smem, &stage_bar[k]);
+          stage_phase ^= 1u << k;
+        }
+        staged = G;
+      }
+      go = ok && wait_for(a, op, t.op, t.item, epoch, cta, i) ? 1 : 0;
     }
     __syncthreads();
     if (!go) {
+      // no copy may still be landing when the CTA exits
+      for (int k = 0; k < staged; ++k) mbar_wait(&stage_bar[k], ((stage_phase >> k) & 1u) ^ 1u);
       done = false;
       break;
     }
@@ -158,15 +222,25 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
         const int32_t item = a.tasks[i + k].item;
         unsigned long long* st = a.trace ? a.trace + 3 * (int64_t(op.first_task) + item) : nullptr;
         if (st && grp.tid == 0) st[1] = global_ns();
-        run_op(OpCode(op.code), item, grp, smem + size_t(g) * op.smem);
+        uint8_t* gs = smem + size_t(g) * op.smem;
+        if (op.stage && k == g) {
+          mbar_wait(&stage_bar[g], ((stage_phase >> g) & 1u) ^ 1u);
+          if (op.stage == 1) run_staged_mma(item, grp, gs);
+          else run_staged_moe(item, grp, gs);
+        } else if (op.stage == 2) {
+          run<MoeWideOp<0>>(item, grp, gs);  // the staged op's smem has no ring
+        } else {
+          run_op(OpCode(op.code), item, grp, gs);
+        }
         if (st && grp.tid == 0) st[2] = global_ns();
       }
     }
     __syncthreads();
     if (tid == 0) {
-      // the CTA's outputs (ordered before the barrier) are visible GPU-wide before the counter
-      // moves: the barrier, then one fence and the release add (as cooperative groups' grid sync)
-      __threadfence();
+      // the CTA's outputs are visible GPU-wide before the counter moves: the barrier orders every
+      // thread's writes before this thread's release add, whose release semantics are cumulative
+      // over them (a.fence: a __threadfence before it as well, as cooperative groups' grid sync)
+      if (a.fence) __threadfence();
       red_release_add(a.counters + size_t(t.op) * kCounterStride, (unsigned long long)n);
       if (a.serialized) red_release_add(a.seq, 1ull);
     }

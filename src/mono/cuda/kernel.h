@@ -38,6 +38,7 @@ struct KernelArgs {
   int serialized = 0;
   int fault_op = -1;
   uint32_t poll_ns = 32;  // sleep between two polls of a waiting thread 0
+  int fence = 0;          // __threadfence() before a completion's release add (MonoOptions::fence)
   // Optional: per task (its global order) three globaltimer stamps, ns: its run's wait begins
   // (the CTA's thread 0), the item begins and ends (its group's thread 0).
   unsigned long long* trace = nullptr;

@@ -78,8 +78,9 @@ class Runner final : public MonoRunner {
     a.serialized = opt_.serialized ? 1 : 0;
     a.fault_op = opt_.fault_op;
     a.poll_ns = uint32_t(opt_.poll_ns);
+    a.fence = opt_.fence ? 1 : 0;
     a.trace = opt_.trace ? p.trace.get<unsigned long long>() : nullptr;
-    launch_kernel(a, grid_, p.table.max_smem, stream);
+    launch_kernel(a, grid_, std::max(p.table.max_smem, std::min(opt_.smem_min, max_smem_)), stream);
     last_ = &p;
   }
 
@@ -132,9 +133,16 @@ class Runner final : public MonoRunner {
     if (!last_) return fmt::format("mono: {} CTAs x {} threads, no program yet", grid_, kCtaThreads);
     return fmt::format(
         "mono: {} CTAs x {} threads, {} ops, {} tasks, {} B shared memory, serialized {}, poll sleep {} ns, "
-        "placement {} ({} CTAs reserved for ops of at most {} items)",
+        "placement {} ({} CTAs reserved for ops of at most {} items), staged tiles: {} projection ops, {} expert ops, "
+        "expert ring {}, early split {}, fence {}",
         grid_, kCtaThreads, last_->table.ops.size(), last_->table.num_tasks(), last_->table.max_smem, opt_.serialized,
-        opt_.poll_ns, opt_.place.pin ? "by op code" : "round robin", opt_.place.reserve, opt_.place.small);
+        opt_.poll_ns, opt_.place.pin ? "by op code" : "round robin", opt_.place.reserve, opt_.place.small,
+        staged_ops(1), staged_ops(2), opt_.place.ring, opt_.place.early, opt_.fence);
+  }
+  int staged_ops(int stage) const {
+    int n = 0;
+    for (const MonoOp& o : last_->table.ops) n += o.stage == stage;
+    return n;
   }
 
  private:
@@ -248,6 +256,8 @@ std::variant<std::unique_ptr<MonoRunner>, Refusal> create(const native::ForwardM
                                     opt.rules.max_rows, opt.rules.max_query_len));
   if (!(opt.watchdog_ms > 0)) r.reasons.push_back(fmt::format("watchdog of {} ms", opt.watchdog_ms));
   if (opt.poll_ns < 0 || opt.poll_ns > 1000000) r.reasons.push_back(fmt::format("poll sleep {} ns", opt.poll_ns));
+  if (opt.place.stage < 0 || opt.place.stage > 3)
+    r.reasons.push_back(fmt::format("stage mask {} (1 projections, 2 experts)", opt.place.stage));
   const int optin = kernel_max_dynamic_smem();
   const int per_sm = kernel_ctas_per_sm(optin);
   const int capacity = per_sm * m.sms();
