@@ -37,7 +37,7 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
     o.threads = sh.threads;
     o.smem = (sh.smem_bytes + 15) / 16 * 16;
     if (const auto* ep = std::get_if<kernels::MoeMmaParams>(&c.params);
-        !place.ring && ep && *code == OpCode::MoeWideStaged3) {
+        ep && *code == OpCode::MoeWideStaged3 && !(place.ring == 1 || (place.ring == 2 && ep->swiglu))) {
       // the same items on the register path (the same bits), without the ring's shared memory
       o.code = uint8_t(OpCode::MoeWideRegs);
       o.smem = (kernels::moe_wide_smem_bytes(ep->chains, 0) + 15) / 16 * 16;

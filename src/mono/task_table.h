@@ -82,10 +82,11 @@ struct TablePlacement {
   int reserve = 0;
   int small = 8;
   int stage = 0;  // off by default: measured slower (docs/mono.md)
-  // ring = false (the default): the MoE wide ops of the staged ring (cp.async) run on the register
-  // path instead (the same bits), so the kernel needs less shared memory and the SMs keep a larger
-  // L1 (measured: b=1 -12%, docs/perf.md 2026-12-02).
-  bool ring = false;
+  // ring: which MoE wide ops of the staged ring (cp.async) keep it: 0 none (the default), 1 all,
+  // 2 the gate/up ops only (SwiGLU). The others run on the register path (the same bits) with only
+  // their partials' shared memory, so the kernel needs less and the SMs keep a larger L1 (measured:
+  // ring 1 -> 0, b=1 -12%, docs/perf.md 2026-12-02).
+  int ring = 0;
   // early = true: the MoE split (it reads only the post-attention norm's output, as the router
   // does) waits for that norm instead of the routing, so it runs beside the router GEMV and the
   // routing; the gate/up op then waits for both the split and the routing (wait_op2). Default on.
