@@ -1,5 +1,6 @@
 #include "text/template_value.h"
 
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,22 @@
 #include "text/template_unicode.h"
 
 namespace m3::text::tmpl {
+
+namespace {
+
+std::atomic<int64_t> g_live[3];
+
+}  // namespace
+
+void detail::count_live(Live kind, int delta) { g_live[static_cast<int>(kind)].fetch_add(delta, std::memory_order_relaxed); }
+
+LiveObjects live_objects() {
+  LiveObjects o;
+  o.scopes = g_live[static_cast<int>(detail::Live::Scope)].load();
+  o.namespaces = g_live[static_cast<int>(detail::Live::Namespace)].load();
+  o.callables = g_live[static_cast<int>(detail::Live::Callable)].load();
+  return o;
+}
 
 const Value* DictData::find(std::string_view key) const {
   for (const auto& [k, v] : items)

@@ -1,0 +1,107 @@
+// The text library on untrusted input: a render frees everything it made (macros refer to their
+// scope without owning it; namespaces that hold themselves are emptied at the end).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "text/template_chat.h"
+#include "text/template_parser.h"
+#include "text/template_render.h"
+
+namespace {
+
+using m3::text::ChatTemplate;
+using m3::text::ChatTemplateOptions;
+using m3::text::tmpl::live_objects;
+using m3::text::tmpl::LiveObjects;
+using m3::text::tmpl::TemplateError;
+using nlohmann::ordered_json;
+namespace tmpl = m3::text::tmpl;
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::string live_str(const LiveObjects& o) {
+  return std::to_string(o.scopes) + " scopes, " + std::to_string(o.namespaces) + " namespaces, " +
+         std::to_string(o.callables) + " callables";
+}
+
+// Renders src (an error is fine: its message is returned) and checks that the objects alive
+// afterwards are the ones alive before.
+std::string render_and_check_freed(const std::string& src) {
+  const LiveObjects before = live_objects();
+  std::string out;
+  {
+    const ChatTemplate t = ChatTemplate::compile(src);
+    try {
+      out = t.render(ordered_json::object());
+    } catch (const TemplateError& e) {
+      out = std::string("error: ") + e.what();
+    }
+  }
+  const LiveObjects after = live_objects();
+  EXPECT_TRUE(after.scopes == before.scopes && after.namespaces == before.namespaces &&
+              after.callables == before.callables)
+      << "alive after rendering: " << live_str(after) << "; before: " << live_str(before) << "\ntemplate: " << src;
+  return out;
+}
+
+TEST(TextLimits, RenderFreesMacroScopes) {
+  // the bug: the macro's value held the scope it was defined in, which held the macro
+  EXPECT_EQ(render_and_check_freed("{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1) }}"), "1");
+  // closures keep working for the whole render: over a macro's parameter, over a loop variable
+  // after the loop ended (through a namespace), a call block's caller called after the call
+  EXPECT_EQ(render_and_check_freed("{% macro outer(a) %}{% macro inner() %}{{ a }}{% endmacro %}{{ inner() }}"
+                                   "{% endmacro %}{{ outer(5) }}{{ outer(6) }}"),
+            "56");
+  EXPECT_EQ(render_and_check_freed("{% set ns = namespace() %}{% for i in [1, 2] %}{% macro m() %}<{{ i }}>"
+                                   "{% endmacro %}{% set ns.f = m %}{% endfor %}{{ ns.f() }}"),
+            "<2>");
+  EXPECT_EQ(render_and_check_freed("{% set ns = namespace() %}{% macro m() %}{% set ns.c = caller %}[{{ caller() }}]"
+                                   "{% endmacro %}{% call m() %}x{% endcall %}{{ ns.c() }}"),
+            "[x]x");
+  EXPECT_EQ(render_and_check_freed("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+                                   "{% set g = f %}{{ g(3) }}"),
+            "321");
+  // a render that fails half-way frees everything too
+  EXPECT_TRUE(contains(render_and_check_freed("{% set ns = namespace() %}{% macro m() %}{% endmacro %}{% set ns.m = m %}"
+                                              "{{ raise_exception('stop') }}"),
+                       "stop"));
+}
+
+TEST(TextLimits, RenderFreesNamespacesThatHoldThemselves) {
+  EXPECT_EQ(render_and_check_freed("{% set ns = namespace() %}{% set ns.self = ns %}ok"), "ok");
+  EXPECT_EQ(render_and_check_freed("{% set ns = namespace() %}{% set ns.d = {'n': ns} %}{% set ns.l = [ns] %}ok"), "ok");
+  EXPECT_EQ(render_and_check_freed("{% set ns = namespace(l=[1]) %}{% set ns.l = [ns, ns.l.count] %}{{ ns.l[1](1) }}"),
+            "1");
+  EXPECT_EQ(render_and_check_freed("{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = b %}{{ a.b.a is defined }}"),
+            "True");
+}
+
+// A macro or call block inside a loop keeps no scope alive per iteration: the count of live scopes
+// seen from inside the render stays small.
+TEST(TextLimits, MacrosInLoopsDoNotPileUpScopes) {
+  auto peak_scopes = [](const std::string& src) {
+    int64_t peak = 0;
+    tmpl::Value ctx = tmpl::Value::dict();
+    ctx.dict_ptr()->set("probe", tmpl::Value::callable("probe", [&peak](tmpl::CallArgs&, tmpl::Renderer&) {
+      peak = std::max(peak, live_objects().scopes);
+      return tmpl::Value(std::string());
+    }));
+    auto program = tmpl::parse_template(src, {});
+    const int64_t base = live_objects().scopes;
+    tmpl::Renderer(*program, ctx, tmpl::RenderLimits{}).run();
+    return peak - base;
+  };
+  EXPECT_LT(peak_scopes("{% for i in range(2000) %}{% macro m() %}{{ i }}{% endmacro %}{{ m() }}{{ probe() }}{% endfor %}"), 10);
+  EXPECT_LT(peak_scopes("{% macro w() %}{{ caller() }}{% endmacro %}"
+                        "{% for i in range(2000) %}{% call w() %}{{ i }}{% endcall %}{{ probe() }}{% endfor %}"),
+            10);
+  // stored outside the loop each time: the scopes of the overwritten ones go by the next sweep
+  EXPECT_LT(peak_scopes("{% set ns = namespace() %}{% for i in range(2000) %}{% macro m() %}{{ i }}{% endmacro %}"
+                        "{% set ns.f = m %}{{ probe() }}{% endfor %}{{ ns.f() }}"),
+            200);
+}
+
+}  // namespace
