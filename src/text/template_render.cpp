@@ -95,8 +95,22 @@ Renderer::Flow Renderer::exec_body(const Body& body) {
   return Flow::Normal;
 }
 
+// One level of the renderer's recursion (a statement or an expression being evaluated).
+struct Renderer::Nest {
+  int& n;
+  Nest(int& nesting, int max) : n(nesting) {
+    if (++n > max) {
+      --n;
+      throw ValueError("render limit: statements, expressions and macro calls nested deeper than " + std::to_string(max) +
+                       " levels");
+    }
+  }
+  ~Nest() { --n; }
+};
+
 Renderer::Flow Renderer::exec(const Node& n) {
   try {
+    Nest nest(nesting_, limits_.max_nesting);
     step();
     switch (n.kind) {
       case Node::Kind::Text: write(n.text); break;
@@ -394,6 +408,7 @@ CallArgs Renderer::eval_args(const Expr& e, size_t first) {
 
 Value Renderer::eval(const Expr& e) {
   try {
+    Nest nest(nesting_, limits_.max_nesting);
     return eval_inner(e);
   } catch (const ValueError& err) {
     throw to_template_error(err, e.line, e.column);

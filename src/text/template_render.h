@@ -23,6 +23,9 @@ struct RenderLimits {
   size_t max_output_bytes = size_t{64} << 20;  // all text written (macro bodies included) and every string built
   uint64_t max_steps = 20'000'000;             // statements run + loop iterations + calls
   int max_call_depth = 100;                    // nested macro calls
+  // statements and expressions being evaluated inside each other, macro bodies included: the
+  // renderer recurses on the C++ stack (a few hundred bytes a level; under ASan, a few KiB)
+  int max_nesting = 1500;
 };
 
 struct Frame;
@@ -43,6 +46,7 @@ class Renderer {
  private:
   enum class Flow { Normal, Break, Continue };
   struct Scope;
+  struct Nest;
 
   const Program& program_;
   Value context_;
@@ -50,6 +54,7 @@ class Renderer {
   uint64_t steps_ = 0;
   size_t written_ = 0;
   int call_depth_ = 0;
+  int nesting_ = 0;
   std::string* out_ = nullptr;
   std::shared_ptr<Frame> frame_;
   const std::string* block_input_ = nullptr;

@@ -41,9 +41,15 @@ struct Undefined {
   std::string hint;  // the message an operation that needs a value fails with
 };
 
+// Values a template builds may nest without bound (ns.x = [ns.x] in a loop): containers free
+// their items in a loop rather than by recursion, and the recursive operations (repr, ==, <) stop
+// at kMaxValueNesting levels with a render-limit error.
+inline constexpr int kMaxValueNesting = 512;
+
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;
+  ~ListData();
 };
 
 struct DictData {
@@ -51,6 +57,7 @@ struct DictData {
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
   void set(std::string key, Value value);
+  ~DictData();
 };
 
 struct NamespaceData {

@@ -1,5 +1,7 @@
 // The text library on untrusted input: a render frees everything it made (macros refer to their
-// scope without owning it; namespaces that hold themselves are emptied at the end).
+// scope without owning it; namespaces that hold themselves are emptied at the end), hostile
+// templates end in an error naming the limit they hit (macro recursion, nesting, values nested
+// without bound or holding themselves) rather than overflowing the stack.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -102,6 +104,43 @@ TEST(TextLimits, MacrosInLoopsDoNotPileUpScopes) {
   EXPECT_LT(peak_scopes("{% set ns = namespace() %}{% for i in range(2000) %}{% macro m() %}{{ i }}{% endmacro %}"
                         "{% set ns.f = m %}{{ probe() }}{% endfor %}{{ ns.f() }}"),
             200);
+}
+
+std::string limit_error(const std::string& src) {
+  try {
+    ChatTemplate::compile(src).render(ordered_json::object());
+  } catch (const TemplateError& e) {
+    EXPECT_EQ(e.kind(), TemplateError::Kind::Limit) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "rendered without an error: " << src;
+  return "";
+}
+
+TEST(TextLimits, TemplateRecursionAndNestingAreBounded) {
+  EXPECT_TRUE(contains(limit_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+                       "macro calls nested deeper than 100"));
+  // each call nests 60 expressions: over 100 calls that is more levels than the stack holds
+  const std::string brackets = "{% macro f(n) %}{% if n < 99 %}{{ " + std::string(60, '[') + "f(n + 1)" +
+                               std::string(60, ']') + " }}{% endif %}{% endmacro %}{{ f(0) }}";
+  EXPECT_TRUE(contains(limit_error(brackets), "nested deeper than 1500 levels"));
+  // the output cap names its size
+  EXPECT_TRUE(contains(limit_error("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"), "exceeds 67108864 bytes"));
+}
+
+TEST(TextLimits, DeepAndSelfHoldingValues) {
+  const std::string deep = "{% set ns = namespace(x=0) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}";
+  // freeing a value nested 100000 deep (and sharing) must not recurse that deep
+  EXPECT_EQ(render_and_check_freed(deep + "done"), "done");
+  EXPECT_EQ(render_and_check_freed("{% set ns = namespace(x={}) %}{% for i in range(50000) %}"
+                                   "{% set ns.x = {'a': ns.x, 'b': namespace(y=ns.x)} %}{% endfor %}done"),
+            "done");
+  // printing or comparing it stops at the value nesting limit
+  EXPECT_TRUE(contains(limit_error(deep + "{{ ns.x }}"), "printing of a value nested deeper than 512 levels"));
+  EXPECT_TRUE(contains(limit_error(deep + "{{ ns.x == ns.x }}"), "comparing of a value nested deeper than 512"));
+  EXPECT_TRUE(contains(limit_error(deep + "{{ [ns.x] < [ns.x] }}"), "nested deeper than 512"));
+  // so does printing a namespace that holds itself
+  EXPECT_TRUE(contains(limit_error("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}"), "holding itself"));
 }
 
 }  // namespace
