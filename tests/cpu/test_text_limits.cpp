@@ -1,21 +1,28 @@
 // The text library on untrusted input: a render frees everything it made (macros refer to their
 // scope without owning it; namespaces that hold themselves are emptied at the end), hostile
 // templates end in an error naming the limit they hit (macro recursion, nesting, values nested
-// without bound or holding themselves) rather than overflowing the stack.
+// without bound or holding themselves) rather than overflowing the stack, and the pre-tokenizer's
+// PCRE2 searches stop at their match / depth / heap limits with an error naming the limit.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <string>
 
+#include "core/check.h"
+#include "text/regex.h"
 #include "text/template_chat.h"
 #include "text/template_parser.h"
 #include "text/template_render.h"
+#include "text/tiny_tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace {
 
 using m3::text::ChatTemplate;
 using m3::text::ChatTemplateOptions;
+using m3::text::Regex;
+using m3::text::RegexLimits;
 using m3::text::tmpl::live_objects;
 using m3::text::tmpl::LiveObjects;
 using m3::text::tmpl::TemplateError;
@@ -141,6 +148,70 @@ TEST(TextLimits, DeepAndSelfHoldingValues) {
   EXPECT_TRUE(contains(limit_error(deep + "{{ [ns.x] < [ns.x] }}"), "nested deeper than 512"));
   // so does printing a namespace that holds itself
   EXPECT_TRUE(contains(limit_error("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}"), "holding itself"));
+}
+
+// (a+)+b backtracks exponentially on a run of a's followed by anything but b.
+const char* const kCatastrophic = "(a+)+b";
+const std::string kHostileText = std::string(40, 'a') + "cb";
+
+std::string regex_error(const char* pattern, const std::string& text, const RegexLimits& limits) {
+  try {
+    Regex r(pattern, "test pattern", limits);
+    std::vector<std::pair<size_t, size_t>> found;
+    r.find_all(text, found);
+  } catch (const m3::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error from " << pattern;
+  return "";
+}
+
+TEST(TextLimits, RegexSearchesStopAtTheirLimits) {
+  // the defaults, with the JIT and with the interpreter
+  for (bool jit : {true, false}) {
+    RegexLimits l;
+    l.jit = jit;
+    const std::string e = regex_error(kCatastrophic, kHostileText, l);
+    EXPECT_TRUE(contains(e, "test pattern: regex '(a+)+b'") && contains(e, "from byte 0 of a 42-byte text") &&
+                contains(e, "the match limit (10000000 backtracking steps) was exceeded"))
+        << e;
+  }
+  // depth and heap: the interpreter's
+  RegexLimits depth;
+  depth.jit = false;
+  depth.depth = 1000;
+  EXPECT_TRUE(contains(regex_error("(a|b)*c", std::string(5000, 'a') + "c", depth),
+                       "the depth limit (1000 nested backtracking points) was exceeded"));
+  RegexLimits heap;
+  heap.jit = false;
+  heap.heap_kib = 64;
+  EXPECT_TRUE(contains(regex_error("(a|b)*c", std::string(100000, 'a') + "c", heap),
+                       "the heap limit (64 KiB of backtracking memory) was exceeded"));
+  // within the default limits the same pattern and text match
+  Regex ok("(a|b)*c", "test pattern");
+  std::vector<std::pair<size_t, size_t>> found;
+  ok.find_all(std::string(100000, 'a') + "c", found);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].second, 100001u);
+}
+
+TEST(TextLimits, TokenizerNamesThePatternThatHitALimit) {
+  // the tiny tokenizer with its split pattern replaced by a catastrophic one
+  nlohmann::json j = nlohmann::json::parse(m3::text::tiny_tokenizer_json(1024, 1, 2));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = kCatastrophic;
+  const auto tok = m3::text::Tokenizer::from_json_text(j.dump(), 1024);
+  try {
+    tok.encode(kHostileText, false);
+    ADD_FAILURE() << "encoded without an error";
+  } catch (const m3::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "pre_tokenizer.pretokenizers[0].pattern.Regex") && contains(msg, "match limit")) << msg;
+  }
+  // M3's own pattern on long hostile-looking runs stays far inside the limits
+  const auto m3tok = m3::text::Tokenizer::from_json_text(m3::text::tiny_tokenizer_json(1024, 1, 2), 1024);
+  for (const std::string& text : {std::string(200000, ' ') + "x", std::string(200000, 'a'), std::string(100000, '1'),
+                                  std::string(50000, '\'') + "s", std::string(60000, '\n') + std::string(60000, '!')})
+    EXPECT_NO_THROW(m3tok.encode(text, false)) << text.size() << " bytes";
 }
 
 }  // namespace
