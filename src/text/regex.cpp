@@ -150,7 +150,7 @@ namespace {
 // enough for long whitespace runs, so one Regex serves many threads.
 struct MatchState {
   pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
-  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, kJitStackBytes, nullptr);
   pcre2_match_context* mctx = pcre2_match_context_create(nullptr);
   MatchState() {
     M3_CHECK(md && stack && mctx, "regex: out of memory");
@@ -168,16 +168,30 @@ MatchState& match_state() {
   return st;
 }
 
+// What a failed search ran into, naming the limit and its value.
+std::string failure(int rc, const RegexLimits& l) {
+  switch (rc) {
+    case PCRE2_ERROR_MATCHLIMIT: return "the match limit (" + std::to_string(l.match) + " backtracking steps) was exceeded";
+    case PCRE2_ERROR_DEPTHLIMIT: return "the depth limit (" + std::to_string(l.depth) + " nested backtracking points) was exceeded";
+    case PCRE2_ERROR_HEAPLIMIT: return "the heap limit (" + std::to_string(l.heap_kib) + " KiB of backtracking memory) was exceeded";
+    case PCRE2_ERROR_JIT_STACKLIMIT: return "the JIT stack limit (" + std::to_string(kJitStackBytes >> 20) + " MiB) was exceeded";
+    default: return "PCRE2 error " + std::to_string(rc);
+  }
+}
+
 }  // namespace
 
-Regex::Regex(const std::string& pattern, const std::string& what) : source_(pattern) {
+Regex::Regex(const std::string& pattern, const std::string& what, const RegexLimits& limits)
+    : source_(pattern), what_(what), limits_(limits) {
   compiled_ = onig_to_pcre2(pattern, what);
   compile(what);
 }
 
-Regex Regex::literal(const std::string& literal, const std::string& what) {
+Regex Regex::literal(const std::string& literal, const std::string& what, const RegexLimits& limits) {
   Regex r;
   r.source_ = literal;
+  r.what_ = what;
+  r.limits_ = limits;
   r.compiled_ = "\\Q";
   for (size_t i = 0; i < literal.size(); ++i) {  // \E inside \Q..\E ends the quote: split it
     if (literal.compare(i, 2, "\\E") == 0) {
@@ -200,7 +214,7 @@ void Regex::compile(const std::string& what) {
                               PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE | PCRE2_NO_UTF_CHECK, &err, &off, nullptr);
   M3_CHECK(impl_->code, "{}: the pattern '{}' does not compile: {} (at offset {} of '{}')", what, source_,
            pcre2_message(err), size_t(off), compiled_);
-  impl_->jit = pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE) == 0;
+  impl_->jit = limits_.jit && pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE) == 0;
 }
 
 Regex::~Regex() = default;
@@ -211,6 +225,10 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
   out.clear();
   MatchState& st = match_state();
   pcre2_match_data* md = st.md;
+  // (the context is the thread's, shared by every pattern: each search sets its own limits)
+  pcre2_set_match_limit(st.mctx, limits_.match);
+  pcre2_set_depth_limit(st.mctx, limits_.depth);
+  pcre2_set_heap_limit(st.mctx, limits_.heap_kib);
   auto subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   size_t pos = 0;
   bool have_last = false;
@@ -220,7 +238,8 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
                         : pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, md, st.mctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      M3_FAIL("regex '{}': matching failed at byte {}: {}", source_, pos, pcre2_message(rc));
+      M3_FAIL("{}: regex '{}': the search from byte {} of a {}-byte text stopped: {} ({})", what_, source_, pos,
+              s.size(), failure(rc, limits_), pcre2_message(rc));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     size_t a = ov[0], b = ov[1];

@@ -341,9 +341,10 @@ std::optional<Value> list_method(const Value& self, const std::string& name) {
   return std::nullopt;
 }
 
-Value make_namespace(CallArgs& a, Renderer&) {
+Value make_namespace(CallArgs& a, Renderer& r) {
   auto ns = std::make_shared<NamespaceData>();
   ns->attrs = std::make_shared<DictData>();
+  r.track_namespace(ns);
   if (a.pos.size() > 1) throw ValueError("namespace() takes at most one positional argument");
   if (!a.pos.empty()) {
     if (!a.pos[0].is_dict()) throw ValueError("namespace() positional argument must be a dict");

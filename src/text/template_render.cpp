@@ -1,5 +1,6 @@
 #include "text/template_render.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "text/template_builtins.h"
@@ -11,6 +12,12 @@ namespace m3::text::tmpl {
 struct Frame {
   std::vector<std::pair<std::string, Value>> vars;
   std::shared_ptr<Frame> parent;
+  std::vector<std::weak_ptr<CallableData>> macros;  // the macros defined in this scope (they refer to it)
+  bool kept = false;   // in Renderer::kept_
+  bool ended = false;  // its loop iteration, block or macro call has returned
+  detail::LiveMark<detail::Live::Scope> live;
+
+  explicit Frame(std::shared_ptr<Frame> up = nullptr) : parent(std::move(up)) {}
 
   Value* find(const std::string& name) {
     for (auto& [k, v] : vars)
@@ -28,7 +35,26 @@ Renderer::Renderer(const Program& program, Value context, const RenderLimits& li
   frame_ = std::make_shared<Frame>();
 }
 
-Renderer::~Renderer() = default;
+Renderer::~Renderer() {
+  // Namespaces are the only values a template can change after making them, so every reference
+  // cycle among values goes through one (ns.self = ns, ns.x = [ns]); a macro cannot close one, as
+  // it does not own its scope. Emptying every namespace this render made frees them all: nothing
+  // a render made outlives it but its text.
+  for (auto& w : namespaces_) {
+    if (NamespacePtr ns = w.lock()) {
+      auto items = std::move(ns->attrs->items);
+      ns->attrs->items.clear();
+    }
+  }
+}
+
+void Renderer::track_namespace(const NamespacePtr& ns) {
+  if (namespaces_.size() >= prune_at_) {
+    std::erase_if(namespaces_, [](const std::weak_ptr<NamespaceData>& w) { return w.expired(); });
+    prune_at_ = std::max<size_t>(64, 2 * namespaces_.size());
+  }
+  namespaces_.push_back(ns);
+}
 
 std::string Renderer::run() {
   std::string out;
@@ -69,8 +95,22 @@ Renderer::Flow Renderer::exec_body(const Body& body) {
   return Flow::Normal;
 }
 
+// One level of the renderer's recursion (a statement or an expression being evaluated).
+struct Renderer::Nest {
+  int& n;
+  Nest(int& nesting, int max) : n(nesting) {
+    if (++n > max) {
+      --n;
+      throw ValueError("render limit: statements, expressions and macro calls nested deeper than " + std::to_string(max) +
+                       " levels");
+    }
+  }
+  ~Nest() { --n; }
+};
+
 Renderer::Flow Renderer::exec(const Node& n) {
   try {
+    Nest nest(nesting_, limits_.max_nesting);
     step();
     switch (n.kind) {
       case Node::Kind::Text: write(n.text); break;
@@ -89,7 +129,7 @@ Renderer::Flow Renderer::exec(const Node& n) {
       case Node::Kind::For: exec_for(n); break;
       case Node::Kind::Set: assign(n, eval(*n.expr)); break;
       case Node::Kind::SetBlock: {
-        Value body = render_block(n.body, std::make_shared<Frame>(Frame{{}, frame_}));
+        Value body = render_block(n.body, std::make_shared<Frame>(frame_));
         if (n.filters) {
           const std::string* saved = block_input_;
           block_input_ = &body.str();
@@ -111,7 +151,7 @@ Renderer::Flow Renderer::exec(const Node& n) {
         break;
       }
       case Node::Kind::FilterBlock: {
-        Value body = render_block(n.body, std::make_shared<Frame>(Frame{{}, frame_}));
+        Value body = render_block(n.body, std::make_shared<Frame>(frame_));
         const std::string* saved = block_input_;
         block_input_ = &body.str();
         Value filtered = eval(*n.filters);
@@ -143,6 +183,7 @@ Value Renderer::render_block(const Body& body, const std::shared_ptr<Frame>& fra
   } restore{*this, saved_out, saved_frame};
   // A block set / filter body shares its enclosing scope in jinja2 for reads; writes stay inside.
   exec_body(body);
+  leave(frame);
   return Value(std::move(buf));
 }
 
@@ -179,7 +220,7 @@ void Renderer::exec_for(const Node& n) {
     auto saved = frame_;
     for (auto& it : items) {
       step();
-      frame_ = std::make_shared<Frame>(Frame{{}, saved});
+      frame_ = std::make_shared<Frame>(saved);
       bind_targets(*frame_, n, it);
       bool keep = false;
       try {
@@ -212,7 +253,7 @@ void Renderer::exec_for(const Node& n) {
   };
   for (int64_t i = 0; i < len; ++i) {
     step();
-    frame_ = std::make_shared<Frame>(Frame{{}, saved});
+    frame_ = std::make_shared<Frame>(saved);
     auto loop = std::make_shared<DictData>();
     loop->items.reserve(12);
     loop->items.emplace_back("index", Value(i + 1));
@@ -230,21 +271,70 @@ void Renderer::exec_for(const Node& n) {
     frame_->set("loop", Value(std::move(loop)));
     bind_targets(*frame_, n, items[static_cast<size_t>(i)]);
     Flow f = exec_body(n.body);
+    leave(frame_);
     if (f == Flow::Break) break;
   }
 }
 
-Value Renderer::make_macro(std::shared_ptr<const MacroDef> def, std::shared_ptr<Frame> closure) {
-  return Value::callable(def->name, [def, closure](CallArgs& args, Renderer& r) -> Value {
+Value Renderer::make_macro(std::shared_ptr<const MacroDef> def, const std::shared_ptr<Frame>& closure) {
+  // The macro refers to its scope weakly: the scope holds the macro (and, through namespaces, may
+  // hold every value), so an owning reference would be a cycle that is never freed.
+  std::weak_ptr<Frame> scope = closure;
+  Value fn = Value::callable(def->name, [def, scope](CallArgs& args, Renderer& r) -> Value {
+    std::shared_ptr<Frame> closure = scope.lock();
+    if (!closure) throw ValueError("macro '" + def->name + "' called after the render that defined it ended");
     return r.invoke_macro(*def, closure, args);
   });
+  closure->macros.push_back(fn.callable_ptr());
+  if (!closure->kept) {
+    closure->kept = true;
+    kept_.push_back(closure);
+    if (kept_.size() >= sweep_at_) {  // scopes whose macros were reachable when they ended may not be now
+      std::erase_if(kept_, [](const std::shared_ptr<Frame>& f) {
+        if (!f->ended || !unreachable(*f)) return false;
+        f->kept = false;
+        return true;
+      });
+      sweep_at_ = std::max<size_t>(64, 2 * kept_.size());
+    }
+  }
+  return fn;
+}
+
+// True when nothing outside the scope refers to a macro defined in it (the scope's own variables
+// aside): then the render need not keep it; it goes with its last owner.
+bool Renderer::unreachable(const Frame& f) {
+  for (const auto& w : f.macros) {
+    CallablePtr m = w.lock();
+    if (!m) continue;
+    long inside = 1;  // the lock just taken
+    for (const auto& [k, v] : f.vars)
+      if (v.is_callable() && v.callable_ptr() == m) ++inside;
+    if (m.use_count() > inside) return false;
+  }
+  return true;
+}
+
+// A scope's loop iteration, block or macro call returned: stop keeping it unless a macro defined in
+// it is still reachable (say, stored in a namespace; a later sweep looks again). So a macro or call
+// block inside a loop costs no memory per iteration.
+void Renderer::leave(const std::shared_ptr<Frame>& f) {
+  f->ended = true;
+  if (!f->kept || !unreachable(*f)) return;
+  f->kept = false;
+  for (size_t i = kept_.size(); i-- > 0;) {
+    if (kept_[i] == f) {
+      kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
 }
 
 Value Renderer::invoke_macro(const MacroDef& def, const std::shared_ptr<Frame>& closure, CallArgs& args) {
   step();
   if (call_depth_ >= limits_.max_call_depth)
     throw ValueError("render limit: macro calls nested deeper than " + std::to_string(limits_.max_call_depth));
-  auto frame = std::make_shared<Frame>(Frame{{}, closure});
+  auto frame = std::make_shared<Frame>(closure);
   size_t np = def.params.size();
   // Extra positional arguments go to varargs, unknown keywords to kwargs (jinja2 accepts them
   // only when the body names varargs / kwargs; we accept them always).
@@ -318,6 +408,7 @@ CallArgs Renderer::eval_args(const Expr& e, size_t first) {
 
 Value Renderer::eval(const Expr& e) {
   try {
+    Nest nest(nesting_, limits_.max_nesting);
     return eval_inner(e);
   } catch (const ValueError& err) {
     throw to_template_error(err, e.line, e.column);

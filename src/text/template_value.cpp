@@ -1,5 +1,6 @@
 #include "text/template_value.h"
 
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,82 @@
 #include "text/template_unicode.h"
 
 namespace m3::text::tmpl {
+
+namespace {
+
+std::atomic<int64_t> g_live[3];
+
+// The containers (and callables, which may hold one) inside a container being destroyed, moved out
+// of it so that they are freed by the loop in unnest(), not by nested destructors. (All of them,
+// shared or not: a value two of its items share would otherwise be freed by the second one's
+// destructor, recursively.)
+thread_local std::vector<Value>* g_doomed = nullptr;
+
+bool may_nest(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::List:
+    case Value::Kind::Dict:
+    case Value::Kind::Namespace:
+    case Value::Kind::Callable: return true;
+    default: return false;
+  }
+}
+
+template <class TakeItems>
+void unnest(TakeItems take) {
+  if (g_doomed) {  // inside an outer container's destructor: its loop frees them
+    take(*g_doomed);
+    return;
+  }
+  std::vector<Value> doomed;
+  g_doomed = &doomed;
+  take(doomed);
+  while (!doomed.empty()) {
+    Value v = std::move(doomed.back());
+    doomed.pop_back();
+  }  // (~v may add its own items to doomed)
+  g_doomed = nullptr;
+}
+
+// One level of repr / == / <.
+struct NestGuard {
+  static thread_local int depth;
+  explicit NestGuard(const char* op) {
+    if (++depth > kMaxValueNesting) {
+      --depth;
+      throw ValueError(std::string("render limit: ") + op + " of a value nested deeper than " +
+                       std::to_string(kMaxValueNesting) + " levels (or holding itself)");
+    }
+  }
+  ~NestGuard() { --depth; }
+};
+thread_local int NestGuard::depth = 0;
+
+}  // namespace
+
+ListData::~ListData() {
+  unnest([this](std::vector<Value>& out) {
+    for (auto& v : items)
+      if (may_nest(v)) out.push_back(std::move(v));
+  });
+}
+
+DictData::~DictData() {
+  unnest([this](std::vector<Value>& out) {
+    for (auto& kv : items)
+      if (may_nest(kv.second)) out.push_back(std::move(kv.second));
+  });
+}
+
+void detail::count_live(Live kind, int delta) { g_live[static_cast<int>(kind)].fetch_add(delta, std::memory_order_relaxed); }
+
+LiveObjects live_objects() {
+  LiveObjects o;
+  o.scopes = g_live[static_cast<int>(detail::Live::Scope)].load();
+  o.namespaces = g_live[static_cast<int>(detail::Live::Namespace)].load();
+  o.callables = g_live[static_cast<int>(detail::Live::Callable)].load();
+  return o;
+}
 
 const Value* DictData::find(std::string_view key) const {
   for (const auto& [k, v] : items)
@@ -176,6 +253,7 @@ std::string repr(const Value& v) {
     case Value::Kind::String: return repr_string(v.str());
     case Value::Kind::Undefined: return "";
     case Value::Kind::List: {
+      NestGuard guard("printing");
       const ListData& l = *v.list_ptr();
       std::string out = l.tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
@@ -185,7 +263,10 @@ std::string repr(const Value& v) {
       if (l.tuple && l.items.size() == 1) out += ",";
       return out + (l.tuple ? ")" : "]");
     }
-    case Value::Kind::Dict: return repr_dict(*v.dict_ptr());
+    case Value::Kind::Dict: {
+      NestGuard guard("printing");
+      return repr_dict(*v.dict_ptr());
+    }
     default: return to_str(v);
   }
 }
@@ -200,7 +281,10 @@ std::string to_str(const Value& v) {
     case Value::Kind::String: return v.str();
     case Value::Kind::List:
     case Value::Kind::Dict: return repr(v);
-    case Value::Kind::Namespace: return "<Namespace " + repr_dict(*v.ns_ptr()->attrs) + ">";
+    case Value::Kind::Namespace: {
+      NestGuard guard("printing");
+      return "<Namespace " + repr_dict(*v.ns_ptr()->attrs) + ">";
+    }
     case Value::Kind::Callable: return "<function " + v.callable_ptr()->name + ">";
   }
   return "";
@@ -229,6 +313,7 @@ bool equals(const Value& a, const Value& b) {
     case Value::Kind::None: return true;
     case Value::Kind::String: return a.str() == b.str();
     case Value::Kind::List: {
+      NestGuard guard("comparing");
       const ListData& la = *a.list_ptr();
       const ListData& lb = *b.list_ptr();
       if (la.tuple != lb.tuple || la.items.size() != lb.items.size()) return false;
@@ -237,6 +322,7 @@ bool equals(const Value& a, const Value& b) {
       return true;
     }
     case Value::Kind::Dict: {
+      NestGuard guard("comparing");
       const DictData& da2 = *a.dict_ptr();
       const DictData& db2 = *b.dict_ptr();
       if (da2.items.size() != db2.items.size()) return false;
@@ -264,6 +350,7 @@ bool less(const Value& a, const Value& b) {
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order = code point order
   if (a.is_list() && b.is_list() && a.list_ptr()->tuple == b.list_ptr()->tuple) {
+    NestGuard guard("ordering");
     const auto& la = a.list_ptr()->items;
     const auto& lb = b.list_ptr()->items;
     for (size_t i = 0; i < la.size() && i < lb.size(); ++i) {

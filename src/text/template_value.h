@@ -16,13 +16,40 @@ namespace m3::text::tmpl {
 struct Value;
 class Renderer;
 
+// How many objects of each kind of the engine are alive in this process: render scopes,
+// namespaces and callables (macros, bound methods, globals). A render must free everything it made,
+// reference cycles included; the tests compare these before and after one.
+struct LiveObjects {
+  int64_t scopes = 0, namespaces = 0, callables = 0;
+};
+LiveObjects live_objects();
+
+namespace detail {
+enum class Live { Scope, Namespace, Callable };
+void count_live(Live kind, int delta);
+// A member that counts the object holding it (copies too) in live_objects().
+template <Live K>
+struct LiveMark {
+  LiveMark() { count_live(K, 1); }
+  LiveMark(const LiveMark&) { count_live(K, 1); }
+  LiveMark& operator=(const LiveMark&) { return *this; }
+  ~LiveMark() { count_live(K, -1); }
+};
+}  // namespace detail
+
 struct Undefined {
   std::string hint;  // the message an operation that needs a value fails with
 };
 
+// Values a template builds may nest without bound (ns.x = [ns.x] in a loop): containers free
+// their items in a loop rather than by recursion, and the recursive operations (repr, ==, <) stop
+// at kMaxValueNesting levels with a render-limit error.
+inline constexpr int kMaxValueNesting = 512;
+
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;
+  ~ListData();
 };
 
 struct DictData {
@@ -30,10 +57,12 @@ struct DictData {
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
   void set(std::string key, Value value);
+  ~DictData();
 };
 
 struct NamespaceData {
   std::shared_ptr<DictData> attrs;
+  detail::LiveMark<detail::Live::Namespace> live;
 };
 
 struct CallArgs {
@@ -44,6 +73,7 @@ struct CallArgs {
 struct CallableData {
   std::string name;
   std::function<Value(CallArgs&, Renderer&)> fn;
+  detail::LiveMark<detail::Live::Callable> live;
 };
 
 using ListPtr = std::shared_ptr<ListData>;
