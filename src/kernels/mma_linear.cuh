@@ -254,12 +254,11 @@ __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t
 // chain[rt][nt][i] = +0 + block sum + block sum + ... (the order of the file header).
 // staged (RT 1 only): the tile's rows are in shared memory (mma_stage_tile), row r at
 // staged + r * mma_staged_stride(ld_w); the same bytes, blocks and sums as from global memory.
-// UU > 0: UU blocks in flight per warp instead of blocks_in_flight (any count gives the same sums).
-template <WeightFmt W, ActFmt X, int RT, int NT, bool SMEM = false, int UU = 0>
+template <WeightFmt W, ActFmt X, int RT, int NT, bool SMEM = false>
 __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int t0, int blo, int bhi, int lane,
                                           float (&chain)[RT][NT][4], const uint8_t* staged = nullptr) {
   static_assert(!SMEM || RT == 1, "staged tiles hold one row tile");
-  constexpr int U = UU > 0 ? UU : SMEM ? 4 : blocks_in_flight<W>(RT);
+  constexpr int U = SMEM ? 4 : blocks_in_flight<W>(RT);
   const int g = lane >> 2, t = lane & 3;
   const uint8_t* row[RT][2];
   bool rok[RT][2];
@@ -319,8 +318,7 @@ __device__ __forceinline__ float scaled(const MmaLinearParams& p, float tot, int
 // tile_n: row tile index (rows 16*RT*tile_n ..), tile_t: token tile (tokens 8*NT*tile_t ..).
 // smem: mma_wide_smem_floats(RT, NT, p.chains) floats. The group has at least p.chains warps;
 // warps past the chains only help with the epilogue. Synchronizes the group.
-// U > 0: blocks in flight per warp (mma::chain_sum's UU).
-template <WeightFmt W, ActFmt X, int RT, int NT, int U = 0>
+template <WeightFmt W, ActFmt X, int RT, int NT>
 __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, int tile_n, int tile_t, Group g,
                                                      float* smem) {
   const int lane = g.lane(), warp = g.warp(), P = p.chains;
@@ -328,7 +326,7 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
   const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
   if (warp < P) {
     float chain[RT][NT][4];
-    mma::chain_sum<W, X, RT, NT, false, U>(p, n0, t0, mma::chain_begin(warp, blocks, P), mma::chain_begin(warp + 1, blocks, P),
+    mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P), mma::chain_begin(warp + 1, blocks, P),
                                  lane, chain);
     mma::store_partials<RT, NT>(chain, warp, lane, smem);
   }
@@ -400,10 +398,10 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
 
 // ---- the ops (mma_linear_shape) ----
 // Wide, any tiling: item = (row tile, token tile), row tile fastest.
-template <WeightFmt W, ActFmt X, int RT, int NT, int U = 0>
+template <WeightFmt W, ActFmt X, int RT, int NT>
 __device__ __forceinline__ void mma_linear_wide_item(const MmaLinearParams& p, int64_t w, Group g, uint8_t* smem) {
   const int tiles_n = mma_row_tiles(p);
-  mma_linear_wide_work<W, X, RT, NT, U>(p, int(w % tiles_n), int(w / tiles_n), g, reinterpret_cast<float*>(smem));
+  mma_linear_wide_work<W, X, RT, NT>(p, int(w % tiles_n), int(w / tiles_n), g, reinterpret_cast<float*>(smem));
 }
 template <WeightFmt W, ActFmt X, int RT, int NT>
 struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
@@ -413,13 +411,12 @@ struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
   }
 };
 // The decode tile (1 x 1) held to 72 registers: 28 warps per SM, so two items of up to 14 warps
-// share an SM (mma_linear_chains aims at 14 warps per SM: one wave). U > 0: that many blocks in
-// flight per warp (the mono kernel's bodies have more registers; the same bits).
-template <WeightFmt W, ActFmt X, int U = 0>
+// share an SM (mma_linear_chains aims at 14 warps per SM: one wave).
+template <WeightFmt W, ActFmt X>
 struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 72> {
   using Params = MmaLinearParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
-    mma_linear_wide_item<W, X, 1, 1, U>(p, w, g, smem);
+    mma_linear_wide_item<W, X, 1, 1>(p, w, g, smem);
   }
   // The same item with its weight rows staged at tile (mma_stage_tile); the same bits.
   __device__ static void run_staged(const Params& p, int64_t w, Group g, uint8_t* smem, const uint8_t* tile) {

@@ -595,12 +595,11 @@ struct MoeSplitOp : OpBounds<kMoeSplitThreads> {
   }
 };
 
-// Wide: S > 0 the staged ring (p.stages == S), else the register pipeline of U blocks per group
-// (U = 0: blocks_in_flight; the mono kernel's bodies have the registers for more; the same bits).
-template <int S, int U = 0>
+// Wide: S > 0 the staged ring (p.stages == S), else the register pipeline of U blocks per group.
+template <int S>
 struct MoeWideOp : OpBounds<32 * kMoeMaxChains> {
   using Params = MoeMmaParams;
-  static constexpr int kU = S > 0 ? 1 : U > 0 ? U : moe_mma::blocks_in_flight<kMoeWideRT, kMoeWideNT>();
+  static constexpr int kU = S > 0 ? 1 : moe_mma::blocks_in_flight<kMoeWideRT, kMoeWideNT>();
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
     const int tiles = moe_row_tiles(p);
     const int entry = p.max_entries - 1 - int(w / tiles);

@@ -41,10 +41,6 @@ struct MonoOptions {
   // __threadfence before it (the release is cumulative over the CTA's writes that the barrier
   // orders before it; measured b=1 -2.4%)
   bool fence = false;
-  // mma_u: blocks in flight per warp in the FP8 decode projections (0: native's count, 3; or 6)
-  int mma_u = 0;
-  // moe_u: blocks per register group of the MoE experts' register path (0: native's, 1 at RT 2; or 2)
-  int moe_u = 0;
 };
 
 // Per-task timestamps of the last launch (MonoOptions::trace), ns from the earliest stamp.

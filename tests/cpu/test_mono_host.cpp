@@ -277,7 +277,7 @@ TEST(MonoTaskTable, EveryItemOnceInGlobalOrderAndASimulatedRunNeverDeadlocks) {
 TEST(MonoOptions, ParseNamesBadInput) {
   const MonoOptions d;
   const MonoOptions o =
-      parse_options("poll_ns=256/pin=0/reserve=4/small=6/stage=3/smem_min=1000/smem_cap=4096/ring=1/early=0/fence=1/mma_u=6/moe_u=2/"
+      parse_options("poll_ns=256/pin=0/reserve=4/small=6/stage=3/smem_min=1000/smem_cap=4096/ring=1/early=0/fence=1/"
                     "grid=64/serialized=1/watchdog_ms=2.5");
   EXPECT_EQ(o.poll_ns, 256);
   EXPECT_FALSE(o.place.pin);
@@ -288,10 +288,6 @@ TEST(MonoOptions, ParseNamesBadInput) {
   EXPECT_EQ(o.place.ring, 1);
   EXPECT_FALSE(o.place.early);
   EXPECT_TRUE(o.fence);
-  EXPECT_EQ(o.mma_u, 6);
-  EXPECT_EQ(d.mma_u, 0);
-  EXPECT_EQ(o.moe_u, 2);
-  EXPECT_EQ(d.moe_u, 0);
   EXPECT_EQ(d.place.ring, 0);
   EXPECT_TRUE(d.place.early);
   EXPECT_FALSE(d.fence);

@@ -48,13 +48,11 @@ __device__ __noinline__ void run(int64_t item, Group g, uint8_t* smem) {
   Op::run(*reinterpret_cast<const typename Op::Params*>(params_s), item, g, smem);
 }
 
-__device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem, int mma_u, int moe_u) {
+__device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
   switch (code) {
     case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(item, g, smem);
     case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(item, g, smem);
-    case OpCode::MmaDecodeFp8F32:
-      if (mma_u == 6) return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32, 6>>(item, g, smem);
-      return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(item, g, smem);
+    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(item, g, smem);
     case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(item, g, smem);
     case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(item, g, smem);
     case OpCode::RopeBf16Fp8: return run<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(item, g, smem);
@@ -76,9 +74,7 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem, int mm
     case OpCode::MoeRoute: return run<MoeRouteOp>(item, g, smem);
     case OpCode::MoeSplit: return run<MoeSplitOp>(item, g, smem);
     case OpCode::MoeWideStaged3: return run<MoeWideOp<3>>(item, g, smem);
-    case OpCode::MoeWideRegs:
-      if (moe_u == 2) return run<MoeWideOp<0, 2>>(item, g, smem);
-      return run<MoeWideOp<0>>(item, g, smem);
+    case OpCode::MoeWideRegs: return run<MoeWideOp<0>>(item, g, smem);
     case OpCode::MoeCombine: return run<MoeCombineOp>(item, g, smem);
     default: __trap();
   }
@@ -234,7 +230,7 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
         } else if (op.stage == 2) {
           run<MoeWideOp<0>>(item, grp, gs);  // the staged op's smem has no ring
         } else {
-          run_op(OpCode(op.code), item, grp, gs, a.mma_u, a.moe_u);
+          run_op(OpCode(op.code), item, grp, gs);
         }
         if (st && grp.tid == 0) st[2] = global_ns();
       }

@@ -39,8 +39,6 @@ struct KernelArgs {
   int fault_op = -1;
   uint32_t poll_ns = 32;  // sleep between two polls of a waiting thread 0
   int fence = 0;          // __threadfence() before a completion's release add (MonoOptions::fence)
-  int mma_u = 0;          // the decode projections' blocks in flight per warp (MonoOptions::mma_u)
-  int moe_u = 0;          // the register-path experts' blocks in flight per group (MonoOptions::moe_u)
   // Optional: per task (its global order) three globaltimer stamps, ns: its run's wait begins
   // (the CTA's thread 0), the item begins and ends (its group's thread 0).
   unsigned long long* trace = nullptr;

@@ -79,8 +79,6 @@ class Runner final : public MonoRunner {
     a.fault_op = opt_.fault_op;
     a.poll_ns = uint32_t(opt_.poll_ns);
     a.fence = opt_.fence ? 1 : 0;
-    a.mma_u = opt_.mma_u;
-    a.moe_u = opt_.moe_u;
     a.trace = opt_.trace ? p.trace.get<unsigned long long>() : nullptr;
     launch_kernel(a, grid_, std::max(p.table.max_smem, std::min(opt_.smem_min, max_smem_)), stream);
     last_ = &p;
@@ -136,11 +134,10 @@ class Runner final : public MonoRunner {
     return fmt::format(
         "mono: {} CTAs x {} threads, {} ops, {} tasks, {} B shared memory, serialized {}, poll sleep {} ns, "
         "placement {} ({} CTAs reserved for ops of at most {} items), staged tiles: {} projection ops, {} expert ops, "
-        "expert ring {}, early split {}, fence {}, projection blocks in flight {}, expert blocks per group {}",
+        "expert ring {}, early split {}, fence {}",
         grid_, kCtaThreads, last_->table.ops.size(), last_->table.num_tasks(), last_->table.max_smem, opt_.serialized,
         opt_.poll_ns, opt_.place.pin ? "by op code" : "round robin", opt_.place.reserve, opt_.place.small,
-        staged_ops(1), staged_ops(2), opt_.place.ring, opt_.place.early, opt_.fence, opt_.mma_u ? opt_.mma_u : 3,
-        opt_.moe_u ? opt_.moe_u : 1);
+        staged_ops(1), staged_ops(2), opt_.place.ring, opt_.place.early, opt_.fence);
   }
   int staged_ops(int stage) const {
     int n = 0;
@@ -259,10 +256,6 @@ std::variant<std::unique_ptr<MonoRunner>, Refusal> create(const native::ForwardM
                                     opt.rules.max_rows, opt.rules.max_query_len));
   if (!(opt.watchdog_ms > 0)) r.reasons.push_back(fmt::format("watchdog of {} ms", opt.watchdog_ms));
   if (opt.poll_ns < 0 || opt.poll_ns > 1000000) r.reasons.push_back(fmt::format("poll sleep {} ns", opt.poll_ns));
-  if (opt.mma_u != 0 && opt.mma_u != 6)
-    r.reasons.push_back(fmt::format("mma_u {} (0 or 6 blocks in flight)", opt.mma_u));
-  if (opt.moe_u != 0 && opt.moe_u != 2)
-    r.reasons.push_back(fmt::format("moe_u {} (0 or 2 blocks per register group)", opt.moe_u));
   if (opt.place.ring < 0 || opt.place.ring > 2)
     r.reasons.push_back(fmt::format("expert ring {} (0 none, 1 all, 2 gate/up)", opt.place.ring));
   if (opt.place.stage < 0 || opt.place.stage > 3)
