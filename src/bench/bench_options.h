@@ -24,6 +24,9 @@ struct BenchOptions {
   int eager_reps = 3;                   // timed runs of a step a path cannot capture (native prefill)
   bool kv_bf16 = false, ik_bf16 = false, router_bf16 = false;
   bool kernels = false;                 // cuda: per-kernel benches (FP8 GEMV, MXFP4 experts, cuBLASLt)
+  std::vector<int> kernel_ms{1, 2, 4, 8, 16};  // --kernels: token counts
+  std::vector<int> kernel_tps{1, 4};            // --kernels: tensor-parallel shards
+  bool kernel_cublas = true;                    // --kernels: cuBLASLt beside the FP8 kernel
   bool no_steps = false;                // skip the whole-step cases (only probes / kernels)
   int threads = 0;                      // cpu: reference threads (0 = all cores)
   uint64_t seed = 1;

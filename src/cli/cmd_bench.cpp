@@ -41,6 +41,10 @@ int run_bench(BenchArgs& a) {
   o.contexts = bench::parse_count_list(a.context, "--context");
   o.prefills = a.prefill.empty() ? std::vector<int64_t>{} : bench::parse_count_list(a.prefill, "--prefill");
   o.paths = split_names(a.paths);
+  M3_CHECK(!o.kernel_ms.empty() && !o.kernel_tps.empty(), "bench: --kernel-ms and --kernel-tps need at least one value");
+  for (int m : o.kernel_ms) M3_CHECK(m >= 1 && m <= 4096, "bench: --kernel-ms: {} is not a token count in 1..4096", m);
+  for (int t : o.kernel_tps)
+    M3_CHECK(t == 1 || t == 2 || t == 4 || t == 8, "bench: --kernel-tps: {} is not a shard count of 1, 2, 4 or 8", t);
   if (o.commit.empty()) {
     const char* c = std::getenv("M3_COMMIT");
     o.commit = c && *c ? c : "unknown";
@@ -88,6 +92,11 @@ RunFn setup_bench(CLI::App& app) {
   app.add_flag("--index-bf16", o.ik_bf16, "index-K cache in BF16 instead of FP8");
   app.add_flag("--router-bf16", o.router_bf16, "router weight in BF16 instead of FP32");
   app.add_flag("--kernels", o.kernels, "cuda: per-kernel benches (FP8 GEMV, MXFP4 experts) vs plain reads and cuBLASLt");
+  app.add_option("--kernel-ms", o.kernel_ms, "--kernels: token counts, comma list")->delimiter(',')->capture_default_str();
+  app.add_option("--kernel-tps", o.kernel_tps, "--kernels: tensor-parallel shards, comma list")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_flag("!--no-cublas", o.kernel_cublas, "--kernels: leave cuBLASLt out");
   app.add_flag("--no-steps", o.no_steps, "skip the whole-step cases");
   app.add_option("--threads", o.threads, "cpu: reference threads (0 = all cores)")->capture_default_str();
   app.add_option("--seed", o.seed, "random weights / routing seed")->capture_default_str();

@@ -59,6 +59,14 @@ __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row
     const int i = tid + v * NT;
     r[v] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
+  // the weights do not depend on the sum: their loads are in flight with the row's
+  const uint2* w = reinterpret_cast<const uint2*>(p.w);
+  uint2 wv[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int i = tid + v * NT;
+    wv[v] = i < n4 ? __ldg(w + i) : make_uint2(0, 0);
+  }
   if (res) {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -88,19 +96,17 @@ __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row
   float part[1] = {ss};
   wstream::block_sum<1, NT>(part, g, smem);
   const float inv = 1.0f / sqrtf(smem[0] / float(p.n) + p.eps);
-  const uint2* w = reinterpret_cast<const uint2*>(p.w);
   float4* y = p.y ? reinterpret_cast<float4*>(p.y + int64_t(row) * p.ld_y) : nullptr;
   uint2* yb = p.y_bf16 ? reinterpret_cast<uint2*>(p.y_bf16 + int64_t(row) * p.ld_yb) : nullptr;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     const int i = tid + v * NT;
     if (i >= n4) continue;
-    const uint2 wv = w[i];
     float4 o;
-    o.x = r[v].x * inv * (1.0f + __uint_as_float(wv.x << 16));
-    o.y = r[v].y * inv * (1.0f + __uint_as_float(wv.x & 0xffff0000u));
-    o.z = r[v].z * inv * (1.0f + __uint_as_float(wv.y << 16));
-    o.w = r[v].w * inv * (1.0f + __uint_as_float(wv.y & 0xffff0000u));
+    o.x = r[v].x * inv * (1.0f + __uint_as_float(wv[v].x << 16));
+    o.y = r[v].y * inv * (1.0f + __uint_as_float(wv[v].x & 0xffff0000u));
+    o.z = r[v].z * inv * (1.0f + __uint_as_float(wv[v].y << 16));
+    o.w = r[v].w * inv * (1.0f + __uint_as_float(wv[v].y & 0xffff0000u));
     if (y) y[i] = o;
     if (yb) yb[i] = make_uint2(uint32_t(f32_to_bf16(o.x)) | (uint32_t(f32_to_bf16(o.y)) << 16),
                                uint32_t(f32_to_bf16(o.z)) | (uint32_t(f32_to_bf16(o.w)) << 16));

@@ -22,7 +22,9 @@ namespace m3::kernels {
 
 
 // Work item = token; called by one full warp (lane 0..31).
-__device__ __forceinline__ void router_select_work(const RouterSelectParams& p, int t, int lane) {
+// ids_s (optional): the ids are also written there (the fused route keeps them in shared memory).
+__device__ __forceinline__ void router_select_work(const RouterSelectParams& p, int t, int lane,
+                                                   int32_t* ids_s = nullptr) {
   constexpr int kPer = kRouterMaxExperts / 32;
   double s[kPer], ch[kPer];
 #pragma unroll
@@ -79,6 +81,7 @@ __device__ __forceinline__ void router_select_work(const RouterSelectParams& p, 
   if (lane == 0)
     for (int k = 0; k < p.K; ++k) {
       p.ids[t * p.K + k] = chosen_e[k];
+      if (ids_s) ids_s[t * p.K + k] = chosen_e[k];
       p.weights[t * p.K + k] = float(chosen_s[k] / sum * double(p.routed_scale));
     }
 }
@@ -88,14 +91,17 @@ __device__ __forceinline__ void router_select_work(const RouterSelectParams& p, 
 // Thread e counts and then places the pairs of expert e, scanning the ids in order (stable);
 // warp 0 turns the counts into offsets and the entry list (32 experts per scan step). O(M*K) per
 // thread: cheap for decode.
-__device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g, int32_t* smem) {
+// ids: p.ids, or the same values where the caller has them (the fused route: shared memory).
+__device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g, int32_t* smem,
+                                               const int32_t* ids = nullptr) {
+  if (!ids) ids = p.ids;
   const int tid = g.tid, nthreads = g.nthreads;
   int32_t* cnt = smem;           // [E]
   int32_t* off = smem + p.E + 1; // [E+1]
   const int MK = p.M * p.K;
   for (int e = tid; e < p.E; e += nthreads) {
     int c = 0;
-    for (int i = 0; i < MK; ++i) c += p.ids[i] == e;
+    for (int i = 0; i < MK; ++i) c += ids[i] == e;
     cnt[e] = c;
   }
   g.sync();
@@ -144,7 +150,7 @@ __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g,
   for (int e = tid; e < p.E; e += nthreads) {
     int pos = off[e];
     for (int i = 0; i < MK; ++i)
-      if (p.ids[i] == e) {
+      if (ids[i] == e) {
         p.pair_row[pos] = i / p.K;
         p.pos_of[i] = pos;
         ++pos;
@@ -168,13 +174,15 @@ struct MoeGroupOp : OpBounds<kGroupThreads> {
   }
 };
 // The group's warps select the tokens (warp w: tokens w, w + nwarps, ...), then group them. The
-// selections reach the grouping through global memory (group.ids = select.ids) after the barrier.
+// selections reach the grouping through shared memory (after the grouping's own 2 (E + 1) ints;
+// group.ids = select.ids in global memory gets the same values for the consumers).
 struct MoeRouteOp : OpBounds<kGroupThreads> {
   using Params = MoeRouteParams;
   __device__ static void run(const Params& p, int64_t, Group g, uint8_t* smem) {
-    for (int t = g.warp(); t < p.select.M; t += g.num_warps()) router_select_work(p.select, t, g.lane());
+    int32_t* ids_s = reinterpret_cast<int32_t*>(smem) + moe_group_smem_bytes(p.group.E) / 4;
+    for (int t = g.warp(); t < p.select.M; t += g.num_warps()) router_select_work(p.select, t, g.lane(), ids_s);
     g.sync();
-    moe_group_work(p.group, g, reinterpret_cast<int32_t*>(smem));
+    moe_group_work(p.group, g, reinterpret_cast<int32_t*>(smem), ids_s);
   }
 };
 

@@ -51,7 +51,7 @@ M3_HOST_DEVICE inline WorkShape router_select_shape(const RouterSelectParams& p)
 }
 M3_HOST_DEVICE inline WorkShape moe_group_shape(const MoeGroupParams& p) { return {1, kGroupThreads, moe_group_smem_bytes(p.E)}; }
 M3_HOST_DEVICE inline WorkShape moe_route_shape(const MoeRouteParams& p) {
-  return {1, kGroupThreads, moe_group_smem_bytes(p.group.E)};
+  return {1, kGroupThreads, moe_group_smem_bytes(p.group.E) + p.group.M * p.group.K * 4};
 }
 
 }  // namespace m3::kernels

@@ -120,6 +120,15 @@ P expert_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin
 
 // One projection for the entries of a list on tensor cores: wide (staged when the scale rows
 // allow it, else the register pipeline) or deep; the same bits either way.
+// EXPERIMENT: decode-walk variants (kernels/formats.h kX*) from M3_KX; read once.
+static int experiment_xflags() {
+  static const int f = [] {
+    const char* v = std::getenv("M3_KX");
+    return v ? std::atoi(v) : 0;
+  }();
+  return f;
+}
+
 kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin, const int32_t* num,
                                  const int32_t* pair_row, const uint16_t* xs, int64_t ld_xs, float* y, int64_t ld_y,
                                  uint16_t* ys, int64_t ld_ys, bool swiglu, const MoeWeights& w, int entries,
@@ -134,6 +143,8 @@ kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, con
   p.deep = deep ? 1 : 0;
   p.stages = !deep && stageable(p) ? kWideStages : 0;
   p.workers = deep ? device_sm_count() * kernels::kMoeDeepItemsPerSm : 0;  // one resident wave
+  p.xflags = experiment_xflags();
+  if (p.xflags & kernels::kXNoRing) p.stages = 0;
   return p;
 }
 

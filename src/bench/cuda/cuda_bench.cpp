@@ -316,6 +316,9 @@ BenchReport run_cuda_bench(const BenchOptions& o) {
   if (o.kernels) {
     KernelBenchOptions ko;
     ko.seed = o.seed;
+    ko.Ms = o.kernel_ms;
+    ko.tps = o.kernel_tps;
+    ko.cublas = o.kernel_cublas;
     auto g = bench_fp8_gemv(ko, s);
     r.kernels.insert(r.kernels.end(), g.begin(), g.end());
     auto m = bench_moe(ko, s);
