@@ -1,6 +1,7 @@
 // Filters and tests of the chat-template engine (jinja2 3.1 semantics; tojson as transformers
 // overrides it).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -68,7 +69,10 @@ static Value attr_path(const Value& item, const std::string& path) {
     size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = digits ? get_item(cur, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(cur, Value(part));
+    int64_t index = 0;
+    if (digits && std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc())
+      return Value::undefined("no item " + part);  // past int64: no list is that long, no int key that large
+    cur = digits ? get_item(cur, Value(index)) : get_item(cur, Value(part));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }
@@ -156,12 +160,8 @@ static Value py_int(const Value& v, const Value& def, int base) {
       if (used == t.size() && !t.empty()) return Value(static_cast<int64_t>(x));
     } catch (...) {
     }
-    try {
-      size_t used = 0;
-      double d = std::stod(t, &used);
-      if (used == t.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value(static_cast<int64_t>(d));
-    } catch (...) {
-    }
+    double d = 0;
+    if (py_parse_float(t, &d) && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value(static_cast<int64_t>(d));
     return def;
   }
   return def;
@@ -172,13 +172,8 @@ static Value py_float(const Value& v, const Value& def) {
   if (v.is_int()) return Value(static_cast<double>(v.as_int()));
   if (v.is_bool()) return Value(v.as_bool() ? 1.0 : 0.0);
   if (v.is_string()) {
-    std::string t = py_strip(v.str(), true, true, nullptr);
-    try {
-      size_t used = 0;
-      double d = std::stod(t, &used);
-      if (used == t.size()) return Value(d);
-    } catch (...) {
-    }
+    double d = 0;
+    if (py_parse_float(py_strip(v.str(), true, true, nullptr), &d)) return Value(d);
   }
   return def;
 }

@@ -528,7 +528,9 @@ class Parser {
       case T::Float: {
         next();
         auto e = make(Expr::Kind::Const, t);
-        e->value = Value(std::stod(t.value));
+        double d = 0;
+        if (!py_parse_float(t.value, &d)) fail_here("malformed float literal '" + t.value + "'");
+        e->value = Value(d);  // 1e999 is inf, as Python's float()
         return e;
       }
       case T::Operator:

@@ -1,9 +1,11 @@
 #include "text/template_value.h"
 
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "text/template_error.h"
 #include "text/template_unicode.h"
@@ -157,6 +159,17 @@ bool truthy(const Value& v) {
   }
 }
 
+bool py_parse_float(const std::string& s, double* out) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  for (size_t i = 0; i + 1 < s.size(); ++i)
+    if (s[i] == '0' && (s[i + 1] == 'x' || s[i + 1] == 'X')) return false;
+  char* end = nullptr;
+  const double d = std::strtod(s.c_str(), &end);  // ERANGE is not an error here: +-HUGE_VAL or 0, as Python
+  if (end != s.c_str() + s.size()) return false;
+  *out = d;
+  return true;
+}
+
 std::string py_float_repr(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
@@ -251,7 +264,7 @@ static std::string repr_dict(const DictData& d) {
 std::string repr(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::String: return repr_string(v.str());
-    case Value::Kind::Undefined: return "";
+    case Value::Kind::Undefined: return "Undefined";  // Python's repr of jinja2's Undefined (in a list, say)
     case Value::Kind::List: {
       NestGuard guard("printing");
       const ListData& l = *v.list_ptr();

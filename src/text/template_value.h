@@ -140,6 +140,9 @@ bool truthy(const Value& v);
 std::string to_str(const Value& v);
 std::string repr(const Value& v);
 std::string py_float_repr(double d);
+// float(s) as Python reads a decimal number: overflow gives +-inf and underflow 0 where std::stod
+// throws. False unless all of s is one number (hexadecimal floats, which Python rejects, included).
+bool py_parse_float(const std::string& s, double* out);
 // Python ==, and <, for the types Jinja2 compares (raises ValueError for unorderable types).
 bool equals(const Value& a, const Value& b);
 bool less(const Value& a, const Value& b);

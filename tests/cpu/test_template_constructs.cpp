@@ -85,6 +85,10 @@ const std::vector<std::string> kCases = {
     "{{ 'abc'|list }} {{ d|list }} {{ lst|list }} {{ n|string }} {{ lst|string }} {{ none|string }} {{ (n|string) ~ 'x' }}",
     "{{ num_str|int }} {{ float_str|int }} {{ 'x'|int }} {{ 'x'|int(7) }} {{ 3.9|int }} {{ -3.9|int }} {{ t|int }} {{ 'ff'|int(base=16) }} {{ '1_000'|int }}",
     "{{ num_str|float }} {{ 'x'|float }} {{ 3|float }} {{ float_str|float }}",
+    // out-of-range numbers: Python's float() gives inf / 0 where std::stod throws (fuzz_chat_template crash)
+    "{{ 52e12029 }} {{ -1e999 }} {{ 0x000000000/52e12029 }} {{ 1e-400 }} {{ '1e999'|float }} {{ '-1e999'|int }} {{ '1e999'|int(3) }}",
+    "{{ nested|map(attribute='99999999999999999999')|list }} {{ nested|map(attribute='0000000000000000000001')|list }}",
+    "{{ [undefined_name] }} {{ (undefined_name,) }} {{ {'a': undefined_name} }} {{ [d.missing, 1]|string }}",
     "{{ undefined_name|int }}",
     "{{ -3|abs }} {{ -2.5|abs }} {{ lst|sort }} {{ lst|sort(reverse=true) }} {{ strs|sort }} {{ strs|sort(case_sensitive=true) }} {{ strs|unique|list }} {{ [1, 2, 1]|unique|list }}",
     "{{ lst|reverse|list }} {{ 'abc'|reverse }} {{ lst|min }} {{ lst|max }} {{ strs|max }} {{ lst|sum }} {{ [1.5, 2]|sum }} {{ messages|selectattr('tool_calls')|list|length }}",
