@@ -214,37 +214,21 @@ constexpr int blocks_in_flight(int rt) {
 // One block's 4 steps (hi MMA, then lo MMA for fp32 x) from +0 into blk, added to chain.
 template <WeightFmt W, ActFmt X, int RT, int NT, bool FULL>
 __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t* const (&xrow)[NT],
-                                          const bool (&tok)[NT], int kc, int K, float (&chain)[RT][NT][4],
-                                          bool split_acc = false) {
+                                          const bool (&tok)[NT], int kc, int K, float (&chain)[RT][NT][4]) {
   float blk[RT][NT][4];
   zero<RT, NT>(blk);
   if constexpr (NT == 1) {  // decode: the token's whole run first (4 loads in flight), then the steps
     uint32_t bh[4][2], bl[4][2];
     act_run<X, FULL>(xrow[0], tok[0], kc, K, bh, bl);
-    if (X == ActFmt::F32 && split_acc) {  // EXPERIMENT kXSplitAcc
-      float blo[RT][NT][4];
-      zero<RT, NT>(blo);
 #pragma unroll
-      for (int s = 0; s < 4; ++s)
+    for (int s = 0; s < 4; ++s)
 #pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-          uint32_t a[4];
-          wr[rt].frag(s, a);
-          mma_bf16(blk[rt][0], a, bh[s][0], bh[s][1]);
-          mma_bf16(blo[rt][0], a, bl[s][0], bl[s][1]);
-        }
-      add_into<RT, NT>(blk, blo);
-    } else {
-#pragma unroll
-      for (int s = 0; s < 4; ++s)
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-          uint32_t a[4];
-          wr[rt].frag(s, a);
-          mma_bf16(blk[rt][0], a, bh[s][0], bh[s][1]);
-          if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][0], a, bl[s][0], bl[s][1]);
-        }
-    }
+      for (int rt = 0; rt < RT; ++rt) {
+        uint32_t a[4];
+        wr[rt].frag(s, a);
+        mma_bf16(blk[rt][0], a, bh[s][0], bh[s][1]);
+        if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][0], a, bl[s][0], bl[s][1]);
+      }
   } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -297,52 +281,6 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
     xrow[nt] = static_cast<const uint8_t*>(p.x) + int64_t(tok[nt] ? tk : 0) * p.ld_x * (X == ActFmt::F32 ? 4 : 2);
   }
   zero<RT, NT>(chain);
-  const bool split_acc = (p.xflags & kXSplitAcc) != 0;
-  if constexpr (!SMEM) {
-    if (p.xflags & kXPrefetchAct) {  // EXPERIMENT: the chain's activation bytes into L1, one line per lane
-      constexpr int es = X == ActFmt::F32 ? 4 : 2;
-      const int64_t b0 = int64_t(blo) * kMmaKBlock * es;
-      const int64_t b1 = int64_t(min(bhi * kMmaKBlock, (p.K + 3) / 4 * 4)) * es;
-      for (int tk = t0; tk < t0 + 8 * NT && tk < p.M; ++tk) {
-        const uint8_t* xr = static_cast<const uint8_t*>(p.x) + int64_t(tk) * p.ld_x * es;
-        for (int64_t off = b0 + 128 * lane; off < b1; off += 128 * 32)
-          asm volatile("prefetch.global.L1 [%0];" ::"l"(xr + off));
-      }
-    }
-  }
-  if constexpr (!SMEM && RT == 1 && NT == 1) {
-    if (p.xflags & kXPipe) {  // EXPERIMENT: two register groups of 2 blocks, the next in flight
-      constexpr int V = 2;
-      WRun<W> wa[V][1], wb[V][1];
-      auto load_grp = [&](WRun<W>(&wr)[V][1], int b) {
-#pragma unroll
-        for (int u = 0; u < V; ++u) {
-          const int kc = (b + u) * kMmaKBlock + 16 * t;
-          const bool live = b + u < bhi;
-          const bool ok[2] = {live && rok[0][0], live && rok[0][1]};
-          load_wrun<W, false>(wr[u][0], row[0], ok, kc, p.K);
-        }
-      };
-      auto mma_grp = [&](const WRun<W>(&wr)[V][1], int b) {
-#pragma unroll
-        for (int u = 0; u < V; ++u) {
-          if (b + u >= bhi) break;  // warp-uniform
-          const int kc = (b + u) * kMmaKBlock + 16 * t;
-          if ((b + u + 1) * kMmaKBlock <= p.K) block_mma<W, X, 1, 1, true>(wr[u], xrow, tok, kc, p.K, chain, split_acc);
-          else block_mma<W, X, 1, 1, false>(wr[u], xrow, tok, kc, p.K, chain, split_acc);
-        }
-      };
-      load_grp(wa, blo);
-      for (int b = blo; b < bhi; b += 2 * V) {
-        if (b + V < bhi) load_grp(wb, b + V);
-        mma_grp(wa, b);
-        if (b + V >= bhi) break;
-        if (b + 2 * V < bhi) load_grp(wa, b + 2 * V);
-        mma_grp(wb, b + V);
-      }
-      return;
-    }
-  }
 
   for (int b = blo; b < bhi; b += U) {
     WRun<W> wr[U][RT];
@@ -360,8 +298,8 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
     for (int u = 0; u < U; ++u) {
       if (b + u >= bhi) break;  // warp-uniform
       const int kc = (b + u) * kMmaKBlock + 16 * t;
-      if ((b + u + 1) * kMmaKBlock <= p.K) block_mma<W, X, RT, NT, true>(wr[u], xrow, tok, kc, p.K, chain, split_acc);
-      else block_mma<W, X, RT, NT, false>(wr[u], xrow, tok, kc, p.K, chain, split_acc);
+      if ((b + u + 1) * kMmaKBlock <= p.K) block_mma<W, X, RT, NT, true>(wr[u], xrow, tok, kc, p.K, chain);
+      else block_mma<W, X, RT, NT, false>(wr[u], xrow, tok, kc, p.K, chain);
     }
   }
 }

@@ -29,7 +29,6 @@ struct MmaLinearParams {
   WeightFmt wfmt = WeightFmt::FP8;
   ActFmt xfmt = ActFmt::F32;
   int rt = 1, nt = 1, deep = 0;
-  int xflags = 0;  // EXPERIMENT (kX* in formats.h): decode-walk variants under test
 };
 
 // P: enough warps in flight to stream the weights at decode (about 14 per SM over the ceil(N/16)

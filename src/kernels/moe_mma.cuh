@@ -188,41 +188,23 @@ __device__ __forceinline__ void store_split(uint16_t* row, int j, float v) {
 // One block's 8 steps (hi MMA then lo MMA) from +0 into blk, added to chain. kc = 128b + 32t.
 template <int RT, int NT, bool FULL>
 __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* const (&xr)[NT], const bool (&tok)[NT],
-                                          int kc, int K, float (&chain)[RT][NT][4], bool split_acc = false) {
+                                          int kc, int K, float (&chain)[RT][NT][4]) {
   float blk[RT][NT][4];
   mma::zero<RT, NT>(blk);
   if constexpr (NT == 1) {  // decode: the token's whole run first (8 loads in flight), then the steps
     uint4 v0[4], v1[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) act_group<FULL>(xr[0], tok[0], kc + 8 * j, K, v0[j], v1[j]);
-    if (split_acc) {  // EXPERIMENT kXSplitAcc
-      float blo[RT][NT][4];
-      mma::zero<RT, NT>(blo);
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        uint32_t bh[2], bl[2];
-        act_frag(v0[s >> 1], v1[s >> 1], s & 1, bh, bl);
+    for (int s = 0; s < 8; ++s) {
+      uint32_t bh[2], bl[2];
+      act_frag(v0[s >> 1], v1[s >> 1], s & 1, bh, bl);
 #pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-          uint32_t a[4];
-          frag(wr[rt], s, a);
-          mma::mma_bf16(blk[rt][0], a, bh[0], bh[1]);
-          mma::mma_bf16(blo[rt][0], a, bl[0], bl[1]);
-        }
-      }
-      mma::add_into<RT, NT>(blk, blo);
-    } else {
-#pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        uint32_t bh[2], bl[2];
-        act_frag(v0[s >> 1], v1[s >> 1], s & 1, bh, bl);
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-          uint32_t a[4];
-          frag(wr[rt], s, a);
-          mma::mma_bf16(blk[rt][0], a, bh[0], bh[1]);
-          mma::mma_bf16(blk[rt][0], a, bl[0], bl[1]);
-        }
+      for (int rt = 0; rt < RT; ++rt) {
+        uint32_t a[4];
+        frag(wr[rt], s, a);
+        mma::mma_bf16(blk[rt][0], a, bh[0], bh[1]);
+        mma::mma_bf16(blk[rt][0], a, bl[0], bl[1]);
       }
     }
   } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
@@ -273,7 +255,6 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
   mma::tile_rows<RT>(codes, p.ld, n0, g, p.N, crow, rok);
   mma::tile_rows<RT>(scales, p.sld, n0, g, p.N, srow, rok);
   mma::zero<RT, NT>(chain);
-  const bool split_acc = NT == 1 && (p.xflags & kXSplitAcc) != 0;
 
   // blocks b .. b + U - 1 (those before bhi) into wr
   auto load_group = [&](WBlk(&wr)[U][RT], int b) {
@@ -294,21 +275,11 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
     for (int u = 0; u < U; ++u) {
       if (b + u >= bhi) break;  // warp-uniform
       const int kc = (b + u) * kMoeKBlock + 32 * t;
-      if ((b + u + 1) * kMoeKBlock <= p.K) block_mma<RT, NT, true>(wr[u], xr, tok, kc, p.K, chain, split_acc);
-      else block_mma<RT, NT, false>(wr[u], xr, tok, kc, p.K, chain, split_acc);
+      if ((b + u + 1) * kMoeKBlock <= p.K) block_mma<RT, NT, true>(wr[u], xr, tok, kc, p.K, chain);
+      else block_mma<RT, NT, false>(wr[u], xr, tok, kc, p.K, chain);
     }
   };
   if constexpr (NT == 1) {
-    if (p.xflags & kXPrefetchAct) {  // EXPERIMENT: the chain's split activations into L1, one line per lane
-      const int64_t b0 = int64_t(blo) * kMoeKBlock * 4, b1 = int64_t(bhi) * kMoeKBlock * 4;
-      for (int j = 0; j < 8; ++j) {
-        const auto x = reinterpret_cast<const uint8_t*>(
-            __shfl_sync(0xffffffffu, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(xr[0])), 4 * j));
-        if (!__shfl_sync(0xffffffffu, int(tok[0]), 4 * j)) continue;
-        for (int64_t off = b0 + 128 * lane; off < b1; off += 128 * 32)
-          asm volatile("prefetch.global.L1 [%0];" ::"l"(x + off));
-      }
-    }
     // decode: two groups in registers, the next group's loads in flight during this group's MMAs
     WBlk wa[U][RT], wb[U][RT];
     load_group(wa, blo);

@@ -44,7 +44,6 @@ struct MoeMmaParams {
   int deep = 0;
   int stages = 0;
   int workers = 0;
-  int xflags = 0;  // EXPERIMENT (kX* in formats.h)
 };
 
 // Tilings (any gives the same bits, moe_mma.cuh): wide 32 rows x 8 pairs per item and P warps;

@@ -23,25 +23,32 @@ namespace m3::kernels {
 
 // Work item = token; called by one full warp (lane 0..31).
 // ids_s (optional): the ids are also written there (the fused route keeps them in shared memory).
+// Latency, not work, is what this costs at decode (one warp per token): every load is issued
+// first, the sigmoids of a lane's experts are computed without a branch around them (independent
+// chains the scheduler can interleave; lanes past E compute a dummy and drop it), and lane k
+// keeps choice k, so the K weights are divided in parallel (no runtime-indexed arrays).
 __device__ __forceinline__ void router_select_work(const RouterSelectParams& p, int t, int lane,
                                                    int32_t* ids_s = nullptr) {
   constexpr int kPer = kRouterMaxExperts / 32;
-  double s[kPer], ch[kPer];
+  static_assert(kRouterMaxTopK <= 32, "lane k holds choice k");
+  const int64_t row = int64_t(t) * p.ld;
+  float lg[kPer], bs[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = lane + 32 * i;
-    if (e < p.E) {
-      const double r = p.logits[int64_t(t) * p.ld + e];
-      s[i] = 1.0 / (1.0 + exp(-r));
-      ch[i] = s[i] + double(p.bias[e]);
-    } else {
-      s[i] = 0;
-      ch[i] = -INFINITY;
-    }
+    lg[i] = e < p.E ? p.logits[row + e] : 0.f;
+    bs[i] = e < p.E ? p.bias[e] : 0.f;
   }
-  double chosen_s[kRouterMaxTopK];
-  int chosen_e[kRouterMaxTopK];
-  double sum = 0;
+  double s[kPer], ch[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const double si = 1.0 / (1.0 + exp(-double(lg[i])));
+    const bool in = lane + 32 * i < p.E;
+    s[i] = in ? si : 0.0;
+    ch[i] = in ? si + double(bs[i]) : -INFINITY;
+  }
+  double my_s = 0, sum = 0;
+  int my_e = 0;
   for (int k = 0; k < p.K; ++k) {
     // lane-local best (lowest id on ties: i ascending = e ascending)
     double best = -INFINITY;
@@ -72,18 +79,17 @@ __device__ __forceinline__ void router_select_work(const RouterSelectParams& p, 
         ch[i] = -INFINITY;
       }
     sw = __shfl_sync(0xffffffffu, sw, be & 31);
-    if (k < kRouterMaxTopK) {
-      chosen_s[k] = sw;
-      chosen_e[k] = be;
+    if (lane == k) {
+      my_s = sw;
+      my_e = be;
     }
     sum += sw;
   }
-  if (lane == 0)
-    for (int k = 0; k < p.K; ++k) {
-      p.ids[t * p.K + k] = chosen_e[k];
-      if (ids_s) ids_s[t * p.K + k] = chosen_e[k];
-      p.weights[t * p.K + k] = float(chosen_s[k] / sum * double(p.routed_scale));
-    }
+  if (lane < p.K) {
+    p.ids[t * p.K + lane] = my_e;
+    if (ids_s) ids_s[t * p.K + lane] = my_e;
+    p.weights[t * p.K + lane] = float(my_s / sum * double(p.routed_scale));
+  }
 }
 
 

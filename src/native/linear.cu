@@ -1,7 +1,6 @@
 // Launchers of the linear layers (native/linear.h): the tensor-core kernel (kernels/mma_linear.cuh)
 // in its wide (decode: one item of P warps per tile) and deep (prefill: one warp per tile) modes,
 // and the CUDA-core GEMV (kernels/gemv.cuh), one item per (rows, token group).
-#include <cstdlib>
 #include <algorithm>
 
 #include "kernels/gemv.cuh"
@@ -142,15 +141,6 @@ MmaTiling mma_tiling_for(int N, int K, int M) {
   return {2, 2, false};
 }
 
-// EXPERIMENT: decode-walk variants (kernels/formats.h kX*) from M3_KX; read once.
-static int experiment_xflags() {
-  static const int f = [] {
-    const char* v = std::getenv("M3_KX");
-    return v ? std::atoi(v) : 0;
-  }();
-  return f;
-}
-
 kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N,
                                                 int K, const ActIn& x, int M, float* y, int64_t ld_y, bool swiglu,
                                                 float alpha, float limit, MmaTiling tiling) {
@@ -179,7 +169,6 @@ kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, con
   p.rt = tiling.rt;
   p.nt = tiling.nt;
   p.deep = tiling.deep ? 1 : 0;
-  p.xflags = experiment_xflags();
   static_assert(kernels::mma_wide_smem_floats(4, 1, kernels::kMmaMaxChains) * 4 <= 48 * 1024 &&
                     kernels::mma_wide_smem_floats(2, 2, kernels::kMmaMaxChains) * 4 <= 48 * 1024,
                 "a wide tile needs more than the default shared memory");

@@ -119,20 +119,13 @@ P expert_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin
 }
 
 // One projection for the entries of a list on tensor cores: wide (staged when the scale rows
-// allow it, else the register pipeline) or deep; the same bits either way.
-// EXPERIMENT: decode-walk variants (kernels/formats.h kX*) from M3_KX; read once.
-static int experiment_xflags() {
-  static const int f = [] {
-    const char* v = std::getenv("M3_KX");
-    return v ? std::atoi(v) : 0;
-  }();
-  return f;
-}
-
+// allow it and a step has more than one token, else the register pipeline) or deep; the same bits
+// either way. H200, tp4, 2026-12-02: at one token the register pipeline ran gate/up 18.50 us and
+// down 10.10 us against the ring's 19.55 / 10.33; at four tokens the ring was 5-6% ahead.
 kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin, const int32_t* num,
                                  const int32_t* pair_row, const uint16_t* xs, int64_t ld_xs, float* y, int64_t ld_y,
                                  uint16_t* ys, int64_t ld_ys, bool swiglu, const MoeWeights& w, int entries,
-                                 bool deep) {
+                                 bool deep, int tokens) {
   auto p = expert_params<kernels::MoeMmaParams>(e, slot, begin, num, pair_row, y, ld_y, swiglu, w);
   p.xs = xs;
   p.ld_xs = ld_xs;
@@ -141,10 +134,8 @@ kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, con
   p.chains = kernels::moe_mma_chains(p.N, p.K, device_sm_count());
   p.max_entries = entries;
   p.deep = deep ? 1 : 0;
-  p.stages = !deep && stageable(p) ? kWideStages : 0;
+  p.stages = !deep && tokens > 1 && stageable(p) ? kWideStages : 0;
   p.workers = deep ? device_sm_count() * kernels::kMoeDeepItemsPerSm : 0;  // one resident wave
-  p.xflags = experiment_xflags();
-  if (p.xflags & kernels::kXNoRing) p.stages = 0;
   return p;
 }
 
@@ -254,18 +245,18 @@ void add_moe_ops(std::vector<OpCall>& ops, const MoeWeights& w, const float* x, 
     add(OpKind::MoeSplit, "split", kernels::MoeSplitParams{x, ld_x, H, M, XS, pl.ld_xs});
     add(OpKind::MoeMma, "gate_up",
         mma_params(w.w13, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row), XS, pl.ld_xs,
-                   F32(pl.h), ld_h, HS, pl.ld_hs, true, w, entries, deep));
+                   F32(pl.h), ld_h, HS, pl.ld_hs, true, w, entries, deep, M));
     if (sep)
       add(OpKind::MoeMma, "gate_up",
           mma_params(w.shared_w13, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), I32(pl.pair_row), XS, pl.ld_xs,
-                     F32(pl.h), ld_h, HS, pl.ld_hs, true, w, 1, deep));
+                     F32(pl.h), ld_h, HS, pl.ld_hs, true, w, 1, deep, M));
     add(OpKind::MoeMma, "down",
         mma_params(w.w2, I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), nullptr, HS, pl.ld_hs, F32(pl.y), H,
-                   nullptr, 0, false, w, entries, deep));
+                   nullptr, 0, false, w, entries, deep, M));
     if (sep)
       add(OpKind::MoeMma, "down",
           mma_params(w.shared_w2, I32(pl.sh_slot), I32(pl.sh_begin), I32(pl.sh_num), nullptr, HS, pl.ld_hs, F32(pl.y),
-                     H, nullptr, 0, false, w, 1, deep));
+                     H, nullptr, 0, false, w, 1, deep, M));
   }
 
   // 5. combine in a fixed order
