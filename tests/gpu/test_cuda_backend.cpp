@@ -81,14 +81,27 @@ TEST(GpuCudaBackend, MixedBatchesMatchReference) {
   so.seed = seed;
   PreparedModel m = prepare_from_memory(spec, synthetic_weights(spec, so));
   const int blocks = 48, V = spec.vocab_size;
-  auto ref = ref_backend(m, blocks);
-  // the yardstick: the reference with each (1 + input_norm) scaled by 1 +- 2^-9 (one bf16 rounding)
-  std::unique_ptr<Backend> yard_ref;
-  {
+  auto ref = ref_backend(m, blocks);  // exact caches: it picks every next token
+  // The BF16-cache backend is checked against the reference that rounds its caches the same way
+  // (ref/cache_codec.h), so that what is left is accumulation order and the pass split; before
+  // 2026-12-02 it was checked against the exact reference, and the 2^-9 rounding of every cached
+  // K/V element (which the yardstick below does not model) made the gate a coin toss at a handful
+  // of argmax differences: seeds 1356756197255282236 (1 - median cos 5.17e-5 against a bound of
+  // 3.19e-5, argmax 6 against 5), 1349778677632993227 (argmax 4 against 3) and 0 failed it on
+  // unchanged GPU bits.
+  ref::RefOptions rob{blocks, 0};
+  rob.cache.kv_dtype = rob.cache.ik_dtype = DType::BF16;
+  auto ref_b = ref::make_ref_backend(spec, m.deq, rob);
+  // the yardstick: that reference with each (1 + input_norm) scaled by 1 +- 2^-9 (one bf16
+  // rounding), kYard independent draws of the signs; the gates use the draws' mean (the expectation
+  // of one draw, a quarter of its variance)
+  constexpr int kYard = 4;
+  std::vector<std::unique_ptr<Backend>> yard_refs;
+  for (int d = 0; d < kYard; ++d) {
     ModelWeights p = m.deq;
     for (auto& L : p.layers)
       for (auto& x : L.input_norm) x = (1 + x) * (1 + ((rng() & 1) ? 1 : -1) * 0x1p-9f) - 1;
-    yard_ref = ref::make_ref_backend(spec, std::move(p), ref::RefOptions{blocks, 0});
+    yard_refs.push_back(ref::make_ref_backend(spec, std::move(p), rob));
   }
   native::CudaBackendOptions o;
   o.num_cache_blocks = blocks;
@@ -115,22 +128,23 @@ TEST(GpuCudaBackend, MixedBatchesMatchReference) {
   S[1].prompt = random_ids(70, V, rng);
   S[2].prompt = random_ids(20, V, rng);
 
-  LogitsStats st[2], yard;
-  SelectionStats sel[2], yard_sel;
+  LogitsStats st[2], yard[kYard];
+  SelectionStats sel[2], yard_sel[kYard];
   double near_tie_margin[2] = {0, 0};  // largest reference margin at an argmax difference, / max|ref|
   auto run = [&](const StepBatch& b, bool traced) {
-    SelectionTrace rt, gt[2];
+    SelectionTrace rt, rbt, gt[2];
     native::BlockScoreTrace sc[2];
     StepOutput r = ref->step(b, traced ? &rt : nullptr);
-    {
+    StepOutput rb = ref_b->step(b, traced ? &rbt : nullptr);
+    for (int d = 0; d < kYard; ++d) {
       SelectionTrace yt;
-      StepOutput y = yard_ref->step(b, traced ? &yt : nullptr);
-      for (size_t row = 0; row < r.logits.size() / size_t(V); ++row)
-        yard.add(y.logits.data() + row * V, r.logits.data() + row * V, V, "yardstick row " + std::to_string(row));
+      StepOutput y = yard_refs[size_t(d)]->step(b, traced ? &yt : nullptr);
+      for (size_t row = 0; row < rb.logits.size() / size_t(V); ++row)
+        yard[d].add(y.logits.data() + row * V, rb.logits.data() + row * V, V, "yardstick row " + std::to_string(row));
       if (traced) {
-        SelectionStats ys = compare_selections(yt, rt, nullptr, 0);
-        yard_sel.rows += ys.rows;
-        yard_sel.differ += ys.differ;
+        SelectionStats ys = compare_selections(yt, rbt, nullptr, 0);
+        yard_sel[d].rows += ys.rows;
+        yard_sel[d].differ += ys.differ;
       }
     }
     native::CudaBackend* gs[2] = {gpu.get(), gpu_small.get()};
@@ -143,10 +157,11 @@ TEST(GpuCudaBackend, MixedBatchesMatchReference) {
         ADD_FAILURE() << "logits sizes differ: " << g.logits.size() << " vs " << r.logits.size();
         continue;
       }
-      const int rows = int(r.logits.size() / size_t(V));
+      const StepOutput& rk = k ? rb : r;  // each backend against the reference of its caches
+      const int rows = int(rk.logits.size() / size_t(V));
       for (int row = 0; row < rows; ++row) {
         const float* gr = g.logits.data() + size_t(row) * V;
-        const float* rr = r.logits.data() + size_t(row) * V;
+        const float* rr = rk.logits.data() + size_t(row) * V;
         const int before = st[k].argmax_diff;
         st[k].add(gr, rr, V, "step row " + std::to_string(row));
         if (st[k].argmax_diff != before) {
@@ -156,7 +171,7 @@ TEST(GpuCudaBackend, MixedBatchesMatchReference) {
         }
       }
       if (traced) {
-        SelectionStats s = compare_selections(gt[k], rt, &sc[k], 0.03);
+        SelectionStats s = compare_selections(gt[k], k ? rbt : rt, &sc[k], 0.03);
         sel[k].rows += s.rows;
         sel[k].differ += s.differ;
         sel[k].near_ties += s.near_ties;
@@ -207,7 +222,7 @@ TEST(GpuCudaBackend, MixedBatchesMatchReference) {
   decode({0, 1, 2});
 
   for (int k = 0; k < 2; ++k) {
-    const char* name = k ? "bf16 caches, max_tokens 24" : "default";
+    const char* name = k ? "bf16 caches, max_tokens 24, vs the reference with bf16 caches" : "default";
     std::printf("  [%s] %d logits rows: cosine min %.6f median %.7f, max|d|/max|ref| %.3g, argmax differences %d "
                 "(largest reference margin there %.3g of max|logit|) %s\n",
                 name, st[k].rows, st[k].min_cos, st[k].median_cos(), st[k].max_rel, st[k].argmax_diff,
@@ -220,21 +235,36 @@ TEST(GpuCudaBackend, MixedBatchesMatchReference) {
   auto below = [](const LogitsStats& x) {
     return int(std::count_if(x.cos.begin(), x.cos.end(), [](double c) { return c < 0.999; }));
   };
-  std::printf("  [yardstick: CPU ref with norms perturbed by 2^-9] %d rows: cosine min %.6f median %.7f, rows < 0.999: "
-              "%d, argmax differences %d; selections %lld rows, %lld differ\n",
-              yard.rows, yard.min_cos, yard.median_cos(), below(yard), yard.argmax_diff, (long long)yard_sel.rows,
-              (long long)yard_sel.differ);
-  // NOTE: same dequantized weights. The exact variant leaves accumulation order and 2^-9 cache
-  // rounding; a random tiny MoE amplifies any rounding (router and block top-k near-ties), so the
+  // the yardstick's statistics: each draw's, and their means
+  double y_med = 0, y_below = 0, y_argmax = 0, y_sel = 0;
+  for (int d = 0; d < kYard; ++d) {
+    std::printf("  [yardstick %d: CPU ref with bf16 caches, norms perturbed by 2^-9] %d rows: cosine min %.6f median %.7f, rows < "
+                "0.999: %d, argmax differences %d; selections %lld rows, %lld differ\n",
+                d, yard[d].rows, yard[d].min_cos, yard[d].median_cos(), below(yard[d]), yard[d].argmax_diff,
+                (long long)yard_sel[d].rows, (long long)yard_sel[d].differ);
+    y_med += (1 - yard[d].median_cos()) / kYard;
+    y_below += double(below(yard[d])) / kYard;
+    y_argmax += double(yard[d].argmax_diff) / kYard;
+    y_sel += double(yard_sel[d].differ) / kYard;
+  }
+  std::printf("  [yardstick, mean of %d draws] 1 - median cosine %.3g, rows < 0.999 %.2f, argmax differences %.2f, "
+              "selections differing %.2f\n",
+              kYard, y_med, y_below, y_argmax, y_sel);
+  // NOTE: same dequantized weights. The BF16-cache variant against the reference with the same
+  // cache rounding leaves accumulation order; a random tiny MoE amplifies any rounding (router and block top-k near-ties), so the
   // gate is the reference's own spread under a rounding-sized perturbation (test_model_vs_ref.cpp
   // says more): at most 2x its 1 - median cosine, rows under 0.999, argmax and selection
   // differences, plus a small allowance. The default variant adds FP8 caches and bf16-rounded
   // activations in passes of more than 16 rows: sanity bounds (measured on the H200, 2026-11-30,
   // seed 12345: median 0.99907, worst row 0.90).
-  EXPECT_LE(1 - st[1].median_cos(), 2 * (1 - yard.median_cos()) + 1e-6);
-  EXPECT_LE(below(st[1]), 2 * below(yard) + 2) << st[1].first_diff;
-  EXPECT_LE(st[1].argmax_diff, 2 * yard.argmax_diff + 1) << st[1].first_diff;
-  EXPECT_LE(double(sel[1].differ), 2.0 * double(yard_sel.differ) + 0.002 * double(sel[1].rows)) << sel[1].first_real;
+  EXPECT_LE(1 - st[1].median_cos(), 2 * y_med + 1e-6);
+  // and on its own: with the caches rounded alike only the order of fp32 sums differs, ~1e-6
+  // relative per logit, so the median row is within 1e-5 of cosine 1 (measured on the H200,
+  // 2026-12-02, 10 seeds: median cos printed 0.9999999-1.0000000; the rows a flipped selection moves are few)
+  EXPECT_LE(1 - st[1].median_cos(), 1e-5);
+  EXPECT_LE(double(below(st[1])), 2 * y_below + 2) << st[1].first_diff;
+  EXPECT_LE(double(st[1].argmax_diff), 2 * y_argmax + 1) << st[1].first_diff;
+  EXPECT_LE(double(sel[1].differ), 2.0 * y_sel + 0.002 * double(sel[1].rows)) << sel[1].first_real;
   EXPECT_GE(st[0].median_cos(), 0.99);
   EXPECT_GE(st[0].min_cos, 0.8) << st[0].first_diff;
   auto stats = gpu->stats();
