@@ -105,6 +105,7 @@ static void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int
         if (i) out += item_sep;
         newline(level + 1);
         dump(out, items[i], o, level + 1);
+        check_print_size(out.size());
       }
       newline(level);
       out.push_back(']');
@@ -126,6 +127,7 @@ static void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int
         dump_string(out, kv->first, o.ensure_ascii);
         out += o.key_separator;
         dump(out, kv->second, o, level + 1);
+        check_print_size(out.size());
       }
       newline(level);
       out.push_back('}');

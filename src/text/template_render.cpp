@@ -59,6 +59,7 @@ void Renderer::track_namespace(const NamespacePtr& ns) {
 std::string Renderer::run() {
   std::string out;
   out_ = &out;
+  PrintBudget budget(limits_.max_output_bytes);  // no str / repr / tojson longer than the output may be
   exec_body(program_.body);
   return out;
 }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -62,7 +63,17 @@ struct NestGuard {
 };
 thread_local int NestGuard::depth = 0;
 
+thread_local size_t g_print_budget = SIZE_MAX;
+
 }  // namespace
+
+PrintBudget::PrintBudget(size_t bytes) : saved_(g_print_budget) { g_print_budget = bytes; }
+PrintBudget::~PrintBudget() { g_print_budget = saved_; }
+
+void check_print_size(size_t bytes) {
+  if (bytes > g_print_budget)
+    throw ValueError("render limit: a string or the output exceeds " + std::to_string(g_print_budget) + " bytes");
+}
 
 ListData::~ListData() {
   unnest([this](std::vector<Value>& out) {
@@ -257,6 +268,7 @@ static std::string repr_dict(const DictData& d) {
     out += repr_string(k);
     out += ": ";
     out += repr(v);
+    check_print_size(out.size());
   }
   return out + "}";
 }
@@ -272,6 +284,7 @@ std::string repr(const Value& v) {
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
         out += repr(l.items[i]);
+        check_print_size(out.size());
       }
       if (l.tuple && l.items.size() == 1) out += ",";
       return out + (l.tuple ? ")" : "]");

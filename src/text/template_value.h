@@ -135,6 +135,23 @@ std::string type_name(const Value& v);
 // Raises the undefined error of v (v must be undefined).
 [[noreturn]] void fail_undefined(const Value& v);
 
+// The most bytes one str / repr / tojson of a value may build before it stops with a render-limit
+// error (a list repeated a million times must not be printed in full before the output limit sees
+// it). The renderer holds one for its whole render (RenderLimits::max_output_bytes); without one
+// there is no bound. Nests: the innermost applies; the destructor restores the one before.
+class PrintBudget {
+ public:
+  explicit PrintBudget(size_t bytes);
+  ~PrintBudget();
+  PrintBudget(const PrintBudget&) = delete;
+  PrintBudget& operator=(const PrintBudget&) = delete;
+
+ private:
+  size_t saved_;
+};
+// Throws the render-limit ValueError when a value's text has grown past the current budget.
+void check_print_size(size_t bytes);
+
 bool truthy(const Value& v);
 // str(v) and repr(v) as Python prints them; undefined prints as "".
 std::string to_str(const Value& v);

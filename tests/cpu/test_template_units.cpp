@@ -3,6 +3,8 @@
 // instead of hanging; the loader finds chat_template.jinja / tokenizer_config.json.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <fstream>
 #include <sstream>
 
@@ -136,6 +138,17 @@ TEST(ChatTemplateRender, HostileTemplatesHitLimits) {
             Kind::Limit);
   EXPECT_EQ(kind_of("{{ 'x' * 100000000 }}"), Kind::Limit);
   EXPECT_EQ(kind_of("{% for i in range(100000) %}{{ 'yyyyyyyyyyyyyyyyyyyy' }}{% endfor %}"), Kind::Limit);
+  // a container printed past the output limit stops while it is printed, not after (fuzz_chat_template:
+  // `tools * 2**21` with one tool took 13 s to build its 300 MB repr under ASan before the limit saw it);
+  // each must end well within a second
+  for (const char* src : {"{{ [{'k': 'vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv'}] * 1000000 }}",
+                          "{{ ([{'k': 'vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv'}] * 1000000)|tojson }}",
+                          "{{ ([[1, 2, 3]] * 1000000)|string }}", "{{ 'a' ~ ([(1, 'x')] * 1000000) }}",
+                          "{{ {'k': [[0] * 1000000]} }}"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(kind_of(src), Kind::Limit) << src;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << src;
+  }
   // range beyond the sandbox cap
   EXPECT_EQ(kind_of("{{ range(1000000)|length }}"), Kind::Render);
   // parser nesting cap: deep brackets are a load error, not a stack overflow
