@@ -60,6 +60,7 @@ std::string Renderer::run() {
   std::string out;
   out_ = &out;
   PrintBudget budget(limits_.max_output_bytes);  // no str / repr / tojson longer than the output may be
+  ElementBudget elements(limits_.max_steps);     // nor more list elements built than steps allowed
   exec_body(program_.body);
   return out;
 }
@@ -624,6 +625,7 @@ Value Renderer::binary(const std::string& op, const Value& a, const Value& b) {
       return Value(a.str() + b.str());
     }
     if (a.is_list() && b.is_list() && a.list_ptr()->tuple == b.list_ptr()->tuple) {
+      check_elements(uint64_t(a.list_ptr()->items.size()) + b.list_ptr()->items.size());  // before copying
       std::vector<Value> items = a.list_ptr()->items;
       items.insert(items.end(), b.list_ptr()->items.begin(), b.list_ptr()->items.end());
       return Value::list(std::move(items), a.list_ptr()->tuple);
@@ -646,6 +648,7 @@ Value Renderer::binary(const std::string& op, const Value& a, const Value& b) {
     }
     const auto& items = seq->list_ptr()->items;
     if (!items.empty() && static_cast<uint64_t>(n) * items.size() > limits_.max_output_bytes) check_size(limits_.max_output_bytes + 1);
+    check_elements(static_cast<uint64_t>(n) * items.size());  // before building it
     std::vector<Value> out;
     for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
     return Value::list(std::move(out), seq->list_ptr()->tuple);

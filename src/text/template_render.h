@@ -21,7 +21,8 @@ namespace m3::text::tmpl {
 
 struct RenderLimits {
   size_t max_output_bytes = size_t{64} << 20;  // all text written (macro bodies included) and every string built
-  uint64_t max_steps = 20'000'000;             // statements run + loop iterations + calls
+  uint64_t max_steps = 20'000'000;             // statements run + loop iterations + calls; and, apart,
+                                               // the list elements built in all (ElementBudget)
   int max_call_depth = 100;                    // nested macro calls
   // statements and expressions being evaluated inside each other, macro bodies included: the
   // renderer recurses on the C++ stack (a few hundred bytes a level; under ASan, a few KiB)

@@ -64,8 +64,25 @@ struct NestGuard {
 thread_local int NestGuard::depth = 0;
 
 thread_local size_t g_print_budget = SIZE_MAX;
+thread_local uint64_t g_element_budget = UINT64_MAX;  // elements left
+thread_local uint64_t g_element_limit = UINT64_MAX;   // for the message
+
+[[noreturn]] void throw_elements() {
+  throw ValueError("render limit: lists of more than " + std::to_string(g_element_limit) +
+                   " elements built in all (each list built counts its elements)");
+}
 
 }  // namespace
+
+ElementBudget::ElementBudget(uint64_t elements) : saved_(g_element_budget) {
+  g_element_budget = elements;
+  g_element_limit = elements;
+}
+ElementBudget::~ElementBudget() { g_element_budget = saved_; }
+
+void check_elements(uint64_t elements) {
+  if (elements > g_element_budget) throw_elements();
+}
 
 PrintBudget::PrintBudget(size_t bytes) : saved_(g_print_budget) { g_print_budget = bytes; }
 PrintBudget::~PrintBudget() { g_print_budget = saved_; }
@@ -120,6 +137,8 @@ void DictData::set(std::string key, Value value) {
 }
 
 Value Value::list(std::vector<Value> items, bool tuple) {
+  if (items.size() > g_element_budget) throw_elements();
+  g_element_budget -= items.size();
   auto l = std::make_shared<ListData>();
   l->items = std::move(items);
   l->tuple = tuple;

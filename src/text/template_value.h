@@ -152,6 +152,24 @@ class PrintBudget {
 // Throws the render-limit ValueError when a value's text has grown past the current budget.
 void check_print_size(size_t bytes);
 
+// The most list elements the lists built from now on may hold in all (Value::list charges each
+// list's size): a loop that copies a big list, or a list repeated or doubled, is work the step
+// limit does not see. The renderer holds one of RenderLimits::max_steps elements for its render;
+// without one there is no bound. Nests like PrintBudget.
+class ElementBudget {
+ public:
+  explicit ElementBudget(uint64_t elements);
+  ~ElementBudget();
+  ElementBudget(const ElementBudget&) = delete;
+  ElementBudget& operator=(const ElementBudget&) = delete;
+
+ private:
+  uint64_t saved_;
+};
+// Throws the render-limit ValueError when `elements` more would not fit what is left (nothing
+// is charged: the caller checks before it builds a large list).
+void check_elements(uint64_t elements);
+
 bool truthy(const Value& v);
 // str(v) and repr(v) as Python prints them; undefined prints as "".
 std::string to_str(const Value& v);

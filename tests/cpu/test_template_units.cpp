@@ -139,12 +139,16 @@ TEST(ChatTemplateRender, HostileTemplatesHitLimits) {
   EXPECT_EQ(kind_of("{{ 'x' * 100000000 }}"), Kind::Limit);
   EXPECT_EQ(kind_of("{% for i in range(100000) %}{{ 'yyyyyyyyyyyyyyyyyyyy' }}{% endfor %}"), Kind::Limit);
   // a container printed past the output limit stops while it is printed, not after (fuzz_chat_template:
-  // `tools * 2**21` with one tool took 13 s to build its 300 MB repr under ASan before the limit saw it);
-  // each must end well within a second
+  // `tools * 2**21` with one tool took 13 s to build its 300 MB repr under ASan before the limit saw it),
+  // and the list elements a render builds are bounded like its steps (the same input, printed within
+  // the limit, still took 12 s under ASan to build and free a list of a million); each must end well
+  // within a second
   for (const char* src : {"{{ [{'k': 'vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv'}] * 1000000 }}",
                           "{{ ([{'k': 'vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv'}] * 1000000)|tojson }}",
                           "{{ ([[1, 2, 3]] * 1000000)|string }}", "{{ 'a' ~ ([(1, 'x')] * 1000000) }}",
-                          "{{ {'k': [[0] * 1000000]} }}"}) {
+                          "{{ {'k': [[0] * 1000000]} }}", "{{ ([{'k': 1}] * 1048576)|length }}",
+                          "{% set ns = namespace(l=[0]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+                          "{% set big = [0] * 150000 %}{% for i in range(1000) %}{% set c = big|list %}{% endfor %}"}) {
     const auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(kind_of(src), Kind::Limit) << src;
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << src;
