@@ -308,7 +308,8 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
 // the n chunk states of (t, g) in chunk order exactly as the S == 1 mode does: one warp per head
 // computes the prefix maxima and the weights (a_c, b_c) of every chunk (in parallel; a max is
 // exact in any order) and the sequential L chain, then each thread folds its output channel over
-// the chunks, the loads of 16 chunks issued before their use.
+// the chunks: the first 32 chunks' values loaded before the weights are computed (they depend on
+// nothing else), later ones 16 at a time before their use.
 __device__ inline void attention_combine_work(const AttentionParams& p, int64_t w, Group grp, float* smem) {
   const int tid = grp.tid, nthreads = grp.nthreads;
   const int H = p.num_heads, KV = p.kv_heads, G = H / KV, D = p.head_dim, C = p.max_chunks;
@@ -323,6 +324,15 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
   float* wa = smem;                  // [G][C]
   float* wb = smem + G * C;          // [G][C]
   float* inv = smem + 2 * G * C;     // [G]
+  // this thread's output values of the first kPre chunks depend on nothing computed here: their
+  // loads are issued before the weights (and fly during them and the barrier)
+  constexpr int kPre = 32;
+  const bool mine = i < G * D;
+  const int ho = mine ? i / D : 0, d_o = mine ? i % D : 0;
+  const float* po = p.part_o + (base * G + ho) * D + d_o;  // chunk k at + k * G * D
+  float pre[kPre];
+#pragma unroll
+  for (int j = 0; j < kPre; ++j) pre[j] = mine && j < n ? po[int64_t(j) * G * D] : 0.f;
   for (int h = warp; h < G; h += nwarps) {
     float Mprev = -INFINITY, L = 0.f;  // lane 0's running values
     for (int k0 = 0; k0 < n; k0 += 32) {
@@ -357,11 +367,13 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
     if (lane == 0) inv[h] = attention_out_scale(L, p.v_scale);
   }
   grp.sync();
-  if (i >= G * D) return;
-  const int h = i / D, d = i % D;
-  const float* po = p.part_o + (base * G + h) * D + d;  // chunk k at + k * G * D
+  if (!mine) return;
+  const int h = ho;
   float a = 0.f;
-  for (int k0 = 0; k0 < n; k0 += 16) {
+#pragma unroll
+  for (int j = 0; j < kPre; ++j)
+    if (j < n) a = attention_fold(a, pre[j], FoldWeights{0.f, wa[h * C + j], wb[h * C + j]});
+  for (int k0 = kPre; k0 < n; k0 += 16) {
     float v[16];
 #pragma unroll
     for (int j = 0; j < 16; ++j) v[j] = k0 + j < n ? po[int64_t(k0 + j) * G * D] : 0.f;
