@@ -130,41 +130,59 @@ __device__ __forceinline__ void load_wrun(WRun<W>& r, const uint8_t* const (&row
     }
 }
 
-// B fragments of one token for a whole block: elements kc + 4s .. + 3 of step s as hi[s][0..1]
-// (and lo[s][0..1] for fp32 x); zero for a padding token (ok false) and past K (FULL false).
+// One token's activations of one block (elements kc .. kc + 15) as loaded: fp32 as four float4
+// (zero for a padding token and past K when FULL is false), bf16 as two uint4 (masked past K by
+// act_split).
+template <ActFmt X>
+struct ActRaw;
+template <>
+struct ActRaw<ActFmt::F32> {
+  float4 v[4];
+};
+template <>
+struct ActRaw<ActFmt::BF16> {
+  uint4 v[2];
+};
+
 template <ActFmt X, bool FULL>
-__device__ __forceinline__ void act_run(const uint8_t* xrow, bool ok, int kc, int K, uint32_t (&hi)[4][2],
-                                        uint32_t (&lo)[4][2]) {
+__device__ __forceinline__ void act_load(const uint8_t* xrow, bool ok, int kc, int K, ActRaw<X>& r) {
   if constexpr (X == ActFmt::F32) {
-    float4 v[4];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int k = kc + 4 * s;
-      v[s] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (ok && (FULL || k < K)) v[s] = __ldg(reinterpret_cast<const float4*>(xrow) + (k >> 2));
+      r.v[s] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (ok && (FULL || k < K)) r.v[s] = __ldg(reinterpret_cast<const float4*>(xrow) + (k >> 2));
       if constexpr (!FULL) {
-        if (k + 1 >= K) v[s].y = 0.f;
-        if (k + 2 >= K) v[s].z = 0.f;
-        if (k + 3 >= K) v[s].w = 0.f;
+        if (k + 1 >= K) r.v[s].y = 0.f;
+        if (k + 2 >= K) r.v[s].z = 0.f;
+        if (k + 3 >= K) r.v[s].w = 0.f;
       }
     }
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      split_hi_lo(v[s].x, v[s].y, hi[s][0], lo[s][0]);
-      split_hi_lo(v[s].z, v[s].w, hi[s][1], lo[s][1]);
-    }
   } else {
-    uint4 v[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int k = kc + 8 * i;
-      v[i] = make_uint4(0, 0, 0, 0);
-      if (ok && (FULL || k < K)) v[i] = __ldg(reinterpret_cast<const uint4*>(xrow) + (k >> 3));
+      r.v[i] = make_uint4(0, 0, 0, 0);
+      if (ok && (FULL || k < K)) r.v[i] = __ldg(reinterpret_cast<const uint4*>(xrow) + (k >> 3));
     }
+  }
+}
+
+// The B fragments of step s (elements kc + 4s .. + 3) as hi[s][0..1] (and lo[s][0..1] for fp32 x).
+template <ActFmt X, bool FULL>
+__device__ __forceinline__ void act_split(const ActRaw<X>& r, int kc, int K, uint32_t (&hi)[4][2],
+                                          uint32_t (&lo)[4][2]) {
+  if constexpr (X == ActFmt::F32) {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      hi[s][0] = (s & 1) ? v[s >> 1].z : v[s >> 1].x;
-      hi[s][1] = (s & 1) ? v[s >> 1].w : v[s >> 1].y;
+      split_hi_lo(r.v[s].x, r.v[s].y, hi[s][0], lo[s][0]);
+      split_hi_lo(r.v[s].z, r.v[s].w, hi[s][1], lo[s][1]);
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      hi[s][0] = (s & 1) ? r.v[s >> 1].z : r.v[s >> 1].x;
+      hi[s][1] = (s & 1) ? r.v[s >> 1].w : r.v[s >> 1].y;
       if constexpr (!FULL) {
         const int k = kc + 4 * s;
         if (k >= K) hi[s][0] = 0;
@@ -175,6 +193,16 @@ __device__ __forceinline__ void act_run(const uint8_t* xrow, bool ok, int kc, in
       lo[s][0] = lo[s][1] = 0;
     }
   }
+}
+
+// B fragments of one token for a whole block: elements kc + 4s .. + 3 of step s as hi[s][0..1]
+// (and lo[s][0..1] for fp32 x); zero for a padding token (ok false) and past K (FULL false).
+template <ActFmt X, bool FULL>
+__device__ __forceinline__ void act_run(const uint8_t* xrow, bool ok, int kc, int K, uint32_t (&hi)[4][2],
+                                        uint32_t (&lo)[4][2]) {
+  ActRaw<X> r;
+  act_load<X, FULL>(xrow, ok, kc, K, r);
+  act_split<X, FULL>(r, kc, K, hi, lo);
 }
 
 // B fragments (hi, lo) of one step for one token: elements k .. k + 3, zero for a padding token and
@@ -211,6 +239,21 @@ constexpr int blocks_in_flight(int rt) {
   return W == WeightFmt::FP8 ? (rt >= 4 ? 1 : rt == 2 ? 2 : 3) : (rt >= 2 ? 1 : 2);
 }
 
+// One token's block: its 4 steps (hi MMA, then lo MMA for fp32 x) into blk (+0 on entry).
+template <WeightFmt W, ActFmt X, int RT>
+__device__ __forceinline__ void block_steps_1tok(const WRun<W> (&wr)[RT], const uint32_t (&bh)[4][2],
+                                                 const uint32_t (&bl)[4][2], float (&blk)[RT][1][4]) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+      uint32_t a[4];
+      wr[rt].frag(s, a);
+      mma_bf16(blk[rt][0], a, bh[s][0], bh[s][1]);
+      if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][0], a, bl[s][0], bl[s][1]);
+    }
+}
+
 // One block's 4 steps (hi MMA, then lo MMA for fp32 x) from +0 into blk, added to chain.
 template <WeightFmt W, ActFmt X, int RT, int NT, bool FULL>
 __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t* const (&xrow)[NT],
@@ -220,15 +263,7 @@ __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t
   if constexpr (NT == 1) {  // decode: the token's whole run first (4 loads in flight), then the steps
     uint32_t bh[4][2], bl[4][2];
     act_run<X, FULL>(xrow[0], tok[0], kc, K, bh, bl);
-#pragma unroll
-    for (int s = 0; s < 4; ++s)
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt) {
-        uint32_t a[4];
-        wr[rt].frag(s, a);
-        mma_bf16(blk[rt][0], a, bh[s][0], bh[s][1]);
-        if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][0], a, bl[s][0], bl[s][1]);
-      }
+    block_steps_1tok<W, X, RT>(wr, bh, bl, blk);
   } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
 #pragma unroll
     for (int s = 0; s < 4; ++s) {

@@ -29,6 +29,10 @@ struct MmaLinearParams {
   WeightFmt wfmt = WeightFmt::FP8;
   ActFmt xfmt = ActFmt::F32;
   int rt = 1, nt = 1, deep = 0;
+  // The decode tile (1 x 1, wide) of FP8 weights only: 0, each warp loads its own weights as it
+  // walks (the register walk); 1, each chain's weights are copied whole into shared memory by the
+  // copy engine first (kernels/mma_stream.cuh). The same sums either way.
+  int stream = 0;
 };
 
 // P: enough warps in flight to stream the weights at decode (about 14 per SM over the ceil(N/16)
@@ -62,6 +66,28 @@ M3_HOST_DEVICE constexpr int mma_staged_tile_offset(int chains) {
   return (mma_wide_smem_floats(1, 1, chains) * 4 + 127) / 128 * 128;
 }
 
+// The streamed decode tile (kernels/mma_stream.cuh): chain j's blocks of the tile's 16 rows sit in
+// shared memory region j, row r at r * stride; stride = the longest chain's bytes (L blocks of 64),
+// plus 64 when that is a multiple of 128 (so that rows g and g + 1, read by one quarter warp at
+// 16-byte offsets 16t, fall in distinct banks). Shared memory: the chain partials (wide mode), P
+// mbarriers, then the P regions, each at a 16-byte boundary.
+constexpr int kMmaStreamMaxChains = kMmaMaxChains;
+M3_HOST_DEVICE inline int mma_stream_steps(int K, int chains) {
+  const int blocks = (K + kMmaKBlock - 1) / kMmaKBlock;
+  return (blocks + chains - 1) / chains;
+}
+M3_HOST_DEVICE inline int mma_stream_stride(int K, int chains) {
+  const int b = mma_stream_steps(K, chains) * kMmaKBlock;
+  return b % 128 == 0 ? b + 64 : b;
+}
+M3_HOST_DEVICE constexpr int mma_stream_bar_offset(int chains) { return mma_wide_smem_floats(1, 1, chains) * 4; }
+M3_HOST_DEVICE constexpr int mma_stream_tile_offset(int chains) {
+  return (mma_stream_bar_offset(chains) + chains * 8 + 127) / 128 * 128;
+}
+M3_HOST_DEVICE inline int mma_stream_smem_bytes(int K, int chains) {
+  return mma_stream_tile_offset(chains) + chains * 16 * mma_stream_stride(K, chains);
+}
+
 M3_HOST_DEVICE inline int mma_row_tiles(const MmaLinearParams& p) { return (p.N + 16 * p.rt - 1) / (16 * p.rt); }
 M3_HOST_DEVICE inline int mma_token_tiles(const MmaLinearParams& p) { return (p.M + 8 * p.nt - 1) / (8 * p.nt); }
 
@@ -71,6 +97,8 @@ M3_HOST_DEVICE inline WorkShape mma_linear_shape(const MmaLinearParams& p) {
   if (p.deep)
     return {ceil_div(mma_row_tiles(p), kMmaDeepWarps) * mma_token_tiles(p), 32 * kMmaDeepWarps,
             kMmaDeepWarps * mma_deep_smem_floats_per_warp(p.rt, p.nt) * 4};
+  if (p.stream)
+    return {int64_t(mma_row_tiles(p)) * mma_token_tiles(p), 32 * p.chains, mma_stream_smem_bytes(p.K, p.chains)};
   return {int64_t(mma_row_tiles(p)) * mma_token_tiles(p), 32 * p.chains,
           mma_wide_smem_floats(p.rt, p.nt, p.chains) * 4};
 }

@@ -7,8 +7,8 @@ namespace m3::mono {
 
 const char* op_code_name(OpCode c) {
   static const char* const names[] = {
-      "rms_norm_regs",       "rms_norm_strided",    "mma_decode_fp8_f32",  "rope_fp8_fp8",       "rope_fp8_bf16",
-      "rope_bf16_fp8",       "rope_bf16_bf16",      "indexer_scores_fp8",  "indexer_scores_bf16", "indexer_topk",
+      "rms_norm_regs",       "rms_norm_strided",    "mma_decode_fp8_f32",  "mma_stream_fp8_f32",  "rope_fp8_fp8",
+      "rope_fp8_bf16",       "rope_bf16_fp8",       "rope_bf16_bf16",      "indexer_scores_fp8",  "indexer_scores_bf16", "indexer_topk",
       "attn_split_fp8_d64",  "attn_split_fp8_d128", "attn_split_bf16_d64", "attn_split_bf16_d128", "attn_combine",
       "gemv_f32_m1",         "gemv_f32_m2",         "gemv_f32_m4",         "gemv_bf16_m1",       "gemv_bf16_m2",
       "gemv_bf16_m4",        "moe_route",           "moe_split",           "moe_wide_staged3",   "moe_wide_regs",
@@ -34,7 +34,7 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
       if (p.wfmt != WeightFmt::FP8 || p.xfmt != ActFmt::F32)
         return no("mono runs FP8 row-scaled projections over fp32 activations only");
       if (p.deep || p.rt != 1 || p.nt != 1) return no(fmt::format("tiling {} x {}{} is not the decode tile", p.rt, p.nt, p.deep ? " deep" : ""));
-      return OpCode::MmaDecodeFp8F32;
+      return p.stream ? OpCode::MmaStreamFp8F32 : OpCode::MmaDecodeFp8F32;
     }
     case OpKind::QkNormRopeCache: {
       const auto& p = std::get<kernels::QkNormRopeCacheParams>(op.params);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <string_view>
 
 namespace m3::mono {
 
@@ -43,9 +44,18 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
       o.smem = (kernels::moe_wide_smem_bytes(ep->chains, 0) + 15) / 16 * 16;
     }
     if (const auto* mp = std::get_if<kernels::MmaLinearParams>(&c.params);
-        (place.stage & 1) && mp && *code == OpCode::MmaDecodeFp8F32) {
-      o.stage = 1;
-      o.smem = int(kernels::mma_staged_tile_offset(mp->chains) + kernels::mma_staged_tile_bytes(mp->ld_w) + 127) / 128 * 128;
+        mp && (*code == OpCode::MmaDecodeFp8F32 || *code == OpCode::MmaStreamFp8F32)) {
+      // the decode tile streamed or on the register walk, as the placement says (the same bits and
+      // group of 32 P threads); staged (the register walk, its tile copied during the wait)
+      const bool staged = (place.stage & 1) || ((place.stage & 4) && std::string_view(c.stage) == "o");
+      const bool stream = place.stream && !staged;
+      o.code = uint8_t(stream ? OpCode::MmaStreamFp8F32 : OpCode::MmaDecodeFp8F32);
+      o.smem = ((stream ? kernels::mma_stream_smem_bytes(mp->K, mp->chains)
+                        : kernels::mma_wide_smem_floats(1, 1, mp->chains) * 4) + 15) / 16 * 16;
+      if (staged) {
+        o.stage = 1;
+        o.smem = int(kernels::mma_staged_tile_offset(mp->chains) + kernels::mma_staged_tile_bytes(mp->ld_w) + 127) / 128 * 128;
+      }
     }
     if (const auto* ep = std::get_if<kernels::MoeMmaParams>(&c.params); (place.stage & 2) && ep &&
         (*code == OpCode::MoeWideStaged3 || *code == OpCode::MoeWideRegs) && kernels::moe_can_stage(*ep)) {

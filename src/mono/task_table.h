@@ -71,8 +71,8 @@ struct TaskTable {
 // `small` items: norms, RoPE, top-k, combines, routing), which run only there: those SMs hold
 // just the small ops' code; the other ops are spread over the first grid - R CTAs.
 // Staging (stage: a mask, 1 the FP8 decode projections (qkv, O: op.stage 1), 2 the MoE wide expert
-// ops (gate/up, down: op.stage 2, when kernels::moe_can_stage)): each group's first item of a
-// run copy its weight tile into the group's shared memory (kernels::mma_stage_tile /
+// ops (gate/up, down: op.stage 2, when kernels::moe_can_stage), 4 the O projection alone): each
+// group's first item of a run copy its weight tile into the group's shared memory (kernels::mma_stage_tile /
 // moe_stage_tile) while the CTA waits for the item's inputs; op.smem then holds the tile too
 // (which may lower op.groups). An expert tile needs the routing: stage_wait names the layer's route
 // op (the writer of the op's entry list), whose completion the copies wait for first. The items of
@@ -91,6 +91,11 @@ struct TablePlacement {
   // does) waits for that norm instead of the routing, so it runs beside the router GEMV and the
   // routing; the gate/up op then waits for both the split and the routing (wait_op2). Default on.
   bool early = true;
+  // stream = true: the FP8 decode projections (qkv, O) run streamed (kernels/mma_stream.cuh: each
+  // chain's weights copied whole into shared memory by the copy engine, then walked from there)
+  // whatever the plan's params chose; false: the register walk. The same bits and groups. Off:
+  // measured slower (docs/perf.md 2026-12-03: the tiles' shared memory takes the L1 every op leans on).
+  bool stream = false;
   // smem_cap > 0: an op runs at most smem_cap / op.smem groups side by side (at least one), so the
   // kernel needs at most max(smem_cap, the largest op.smem) bytes and the L1 keeps the rest.
   int smem_cap = 0;

@@ -2,9 +2,12 @@
 // in its wide (decode: one item of P warps per tile) and deep (prefill: one warp per tile) modes,
 // and the CUDA-core GEMV (kernels/gemv.cuh), one item per (rows, token group).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/gemv.cuh"
 #include "kernels/mma_linear.cuh"
+#include "kernels/mma_stream.cuh"
 #include "native/cuda_check.h"
 #include "native/launch.cuh"
 #include "native/linear.h"
@@ -76,7 +79,10 @@ void launch_mma(const kernels::MmaLinearParams& p, cudaStream_t s, const LaunchO
   if (p.deep) {
     if (p.rt == 4 && p.nt == 4) return launch_op<MmaDeepOp<W, X, 4, 4>>(p, sh, s, "mma_linear", o);
   } else {
-    if (p.rt == 1 && p.nt == 1) return launch_op<MmaDecodeOp<W, X>>(p, sh, s, "mma_linear", o);
+    if (p.rt == 1 && p.nt == 1) {
+      if (!p.stream) return launch_op<MmaDecodeOp<W, X>>(p, sh, s, "mma_linear", o);
+      if constexpr (W == WeightFmt::FP8) return launch_op<MmaStreamOp<X>>(p, sh, s, "mma_linear", o);
+    }
     if (p.rt == 1 && p.nt == 2) return launch_op<MmaWideOp<W, X, 1, 2>>(p, sh, s, "mma_linear", o);
     if (p.rt == 2 && p.nt == 1) return launch_op<MmaWideOp<W, X, 2, 1>>(p, sh, s, "mma_linear", o);
     if (p.rt == 2 && p.nt == 2) return launch_op<MmaWideOp<W, X, 2, 2>>(p, sh, s, "mma_linear", o);
@@ -128,6 +134,14 @@ void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N
   launch(make_gemv_params(w, wdtype, w_scale, ld_w, N, K, x, M, y, ld_y, swiglu, alpha, limit), stream);
 }
 
+bool mma_stream_default() {
+  static const bool on = [] {
+    const char* e = std::getenv("M3_MMA_STREAM");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
+
 int mma_chains(int N, int K) { return kernels::mma_linear_chains(N, K, device_sm_count()); }
 
 // Picked from a sweep on the H200 (tests/gpu/test_mma_linear.cpp, GpuMmaLinearBench): decode
@@ -169,6 +183,8 @@ kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, con
   p.rt = tiling.rt;
   p.nt = tiling.nt;
   p.deep = tiling.deep ? 1 : 0;
+  const bool stream = tiling.stream == 1 || (tiling.stream < 0 && mma_stream_default());
+  p.stream = stream && !p.deep && p.rt == 1 && p.nt == 1 && p.wfmt == WeightFmt::FP8 ? 1 : 0;
   static_assert(kernels::mma_wide_smem_floats(4, 1, kernels::kMmaMaxChains) * 4 <= 48 * 1024 &&
                     kernels::mma_wide_smem_floats(2, 2, kernels::kMmaMaxChains) * 4 <= 48 * 1024,
                 "a wide tile needs more than the default shared memory");

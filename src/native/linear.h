@@ -66,7 +66,13 @@ void gemv(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N
 struct MmaTiling {
   int rt = 0, nt = 0;
   bool deep = false;
+  // The decode tile (1 x 1 wide) of FP8 weights: 1 streamed by a producer warp (kernels/mma_stream.cuh),
+  // 0 each warp loads its own (the register walk), -1 the default (mma_stream_default). The same bits.
+  int stream = -1;
 };
+// Whether native's decode tiles stream by default: no, unless the environment sets M3_MMA_STREAM=1
+// (read once; for side-by-side measurements). The mono kernel chooses for itself (TablePlacement).
+bool mma_stream_default();
 MmaTiling mma_tiling_for(int N, int K, int M);
 int mma_chains(int N, int K);  // P on the current device (kernels/mma_linear.cuh)
 // The tensor-core kernel alone (FP8 with its row scales, or BF16 weights), optional SwiGLU

@@ -5,7 +5,9 @@
 // and never starts a task before everything it depends on completed.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 #include <tuple>
@@ -35,6 +37,36 @@ bool any_contains(const std::vector<std::string>& v, const std::string& s) {
   for (const auto& x : v)
     if (x.find(s) != std::string::npos) return true;
   return false;
+}
+
+// Runs table t to its end under the kernel's rule, the CTAs advancing in a random order: a CTA's
+// next task starts once its op's waits (wait_op, wait_op2) are met. Before each task starts, every
+// op of inputs(op) must have completed. Returns the tasks run; fewer than the table's is a deadlock.
+int64_t simulate(const TaskTable& t, std::mt19937_64& rng, const std::function<std::vector<int>(int)>& inputs) {
+  std::vector<int64_t> done(t.ops.size(), 0);
+  std::vector<int32_t> at(static_cast<size_t>(t.grid));
+  for (int c = 0; c < t.grid; ++c) at[size_t(c)] = t.cta_begin[size_t(c)];
+  auto met = [&](int w) { return w < 0 || done[size_t(w)] == t.ops[size_t(w)].items; };
+  int64_t ran = 0;
+  for (;;) {
+    std::vector<int> ready;
+    for (int c = 0; c < t.grid; ++c) {
+      if (at[size_t(c)] == t.cta_begin[size_t(c + 1)]) continue;
+      const MonoOp& o = t.ops[size_t(t.tasks[size_t(at[size_t(c)])].op)];
+      if (met(o.wait_op) && met(o.wait_op2)) ready.push_back(c);
+    }
+    if (ready.empty()) break;
+    const int c = ready[rng() % ready.size()];
+    const MonoTask k = t.tasks[size_t(at[size_t(c)]++)];
+    for (int j : inputs(k.op))
+      if (!met(j)) {
+        ADD_FAILURE() << "op " << k.op << " started before its input op " << j << " completed";
+        return ran;
+      }
+    ++done[size_t(k.op)];
+    ++ran;
+  }
+  return ran;
 }
 
 // A random op of a kind mono runs, with params whose shape gives `items` work items.
@@ -188,6 +220,10 @@ TEST(MonoTaskTable, OpCodesAndRefusals) {
   mp.M = 1;
   m.params = mp;
   EXPECT_EQ(op_code(m, &why), OpCode::MmaDecodeFp8F32);
+  mp.stream = 1;  // the same tile, streamed
+  m.params = mp;
+  EXPECT_EQ(op_code(m, &why), OpCode::MmaStreamFp8F32);
+  mp.stream = 0;
   mp.wfmt = kernels::WeightFmt::BF16;
   m.params = mp;
   EXPECT_FALSE(op_code(m, &why).has_value());
@@ -234,26 +270,13 @@ TEST(MonoTaskTable, EveryItemOnceInGlobalOrderAndASimulatedRunNeverDeadlocks) {
       total += t.ops[i].items;
     }
     EXPECT_EQ(t.num_tasks(), total);
-    // simulate: CTAs advance in random order; a task may start only when its op's wait is met
-    std::vector<int64_t> done(t.ops.size(), 0);
-    std::vector<int32_t> at(static_cast<size_t>(grid));
-    for (int c = 0; c < grid; ++c) at[size_t(c)] = t.cta_begin[size_t(c)];
-    int64_t ran = 0;
-    for (;;) {
-      std::vector<int> ready;
-      for (int c = 0; c < grid; ++c) {
-        if (at[size_t(c)] == t.cta_begin[size_t(c + 1)]) continue;
-        const MonoOp& o = t.ops[size_t(t.tasks[size_t(at[size_t(c)])].op)];
-        if (o.wait_op < 0 || done[size_t(o.wait_op)] == t.ops[size_t(o.wait_op)].items) ready.push_back(c);
-      }
-      if (ready.empty()) break;
-      const int c = ready[rng() % ready.size()];
-      const MonoTask k = t.tasks[size_t(at[size_t(c)]++)];
-      for (int32_t j = 0; j < k.op; ++j)  // everything before it in the plan has completed
-        ASSERT_EQ(done[size_t(j)], t.ops[size_t(j)].items) << "op " << k.op << " started before op " << j << " ended";
-      ++done[size_t(k.op)];
-      ++ran;
-    }
+    // simulate: CTAs advance in random order; a task may start only when everything before it in
+    // the plan has completed
+    const int64_t ran = simulate(t, rng, [](int op) {
+      std::vector<int> v(static_cast<size_t>(op));
+      std::iota(v.begin(), v.end(), 0);
+      return v;
+    });
     ASSERT_EQ(ran, total) << "deadlock: " << ran << " of " << total << " tasks ran (grid " << grid << ")";
   }
   // a list out of the global order is caught
@@ -334,10 +357,16 @@ TEST(MonoTaskTable, StagedProjectionsHoldTheirTile) {
     }
   const int cta_smem = 200 * 1024;
   const TaskTable on = build_task_table(ops, 32, 512, cta_smem, nullptr, TablePlacement{true, 0, 8, 1});
-  const TaskTable off = build_task_table(ops, 32, 512, cta_smem, nullptr, TablePlacement{true, 0, 8, 0});
+  TablePlacement walk{true, 0, 8, 0}, streamed = walk;
+  walk.stream = false;
+  streamed.stream = true;
+  const TaskTable off = build_task_table(ops, 32, 512, cta_smem, nullptr, walk);
+  const TaskTable str = build_task_table(ops, 32, 512, cta_smem, nullptr, streamed);
   ASSERT_EQ(on.ops.size(), ops.size());
   ASSERT_EQ(off.ops.size(), ops.size());
+  ASSERT_EQ(str.ops.size(), ops.size());
   ASSERT_EQ(check_task_order(on), "");
+  ASSERT_EQ(check_task_order(str), "");
   int staged = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     const MonoOp &a = on.ops[i], &b = off.ops[i];
@@ -350,6 +379,17 @@ TEST(MonoTaskTable, StagedProjectionsHoldTheirTile) {
       continue;
     }
     ++staged;
+    // streamed: the same group, its chains' regions after the partials and barriers
+    const MonoOp& c = str.ops[i];
+    EXPECT_EQ(c.code, uint8_t(OpCode::MmaStreamFp8F32)) << "op " << i;
+    EXPECT_EQ(b.code, uint8_t(OpCode::MmaDecodeFp8F32)) << "op " << i;
+    EXPECT_EQ(a.code, uint8_t(OpCode::MmaDecodeFp8F32)) << "op " << i;
+    EXPECT_EQ(c.threads, b.threads);
+    EXPECT_EQ(c.stage, 0);
+    EXPECT_GE(c.smem, kernels::mma_stream_tile_offset(mp->chains) + mp->chains * 16 * mp->K / mp->chains);
+    EXPECT_GE(kernels::mma_stream_tile_offset(mp->chains), kernels::mma_stream_bar_offset(mp->chains) + 8 * mp->chains);
+    EXPECT_EQ(kernels::mma_stream_stride(mp->K, mp->chains) % 128 == 0, false);
+    EXPECT_LE(int(c.groups) * c.smem, cta_smem);
     EXPECT_EQ(a.stage, 1) << "op " << i;
     const int64_t stride = kernels::mma_staged_stride(mp->ld_w);
     EXPECT_EQ(stride % 128, 64) << "ld_w " << mp->ld_w;
@@ -480,25 +520,11 @@ TEST(MonoTaskTable, EarlySplitAndRegisterPath) {
   bool split_beside = false;  // some interleaving ran a split item before the routing ended
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<int64_t> done(t.ops.size(), 0);
-    std::vector<int32_t> at(16);
-    for (int c = 0; c < 16; ++c) at[size_t(c)] = t.cta_begin[size_t(c)];
-    int64_t ran = 0;
-    auto met = [&](int w) { return w < 0 || done[size_t(w)] == t.ops[size_t(w)].items; };
-    for (;;) {
-      std::vector<int> ready;
-      for (int c = 0; c < 16; ++c) {
-        if (at[size_t(c)] == t.cta_begin[size_t(c + 1)]) continue;
-        const MonoOp& o = t.ops[size_t(t.tasks[size_t(at[size_t(c)])].op)];
-        if (met(o.wait_op) && met(o.wait_op2)) ready.push_back(c);
-      }
-      if (ready.empty()) break;
-      const int c = ready[rng() % ready.size()];
-      const MonoTask k = t.tasks[size_t(at[size_t(c)]++)];
-      for (int j : inputs(k.op)) ASSERT_TRUE(met(j)) << "op " << k.op << " started before its input op " << j;
-      if (k.op % per == 3 && !met(k.op - 1)) split_beside = true;
-      ++done[size_t(k.op)];
-      ++ran;
-    }
+    const int64_t ran = simulate(t, rng, [&](int op) {
+      if (op % per == 3 && done[size_t(op - 1)] < t.ops[size_t(op - 1)].items) split_beside = true;
+      ++done[size_t(op)];
+      return inputs(op);
+    });
     ASSERT_EQ(ran, t.num_tasks()) << "deadlock";
   }
   EXPECT_TRUE(split_beside) << "the split never ran beside the routing";
@@ -547,3 +573,4 @@ TEST(MonoTaskTable, PlacementPinsOpsAndReservesCtas) {
   EXPECT_TRUE(build_task_table(ops, grid, 512, 96 * 1024, &why, TablePlacement{true, grid, 8}).ops.empty());
   EXPECT_TRUE(any_contains(why, "reserved")) << (why.empty() ? "" : why[0]);
 }
+

@@ -7,6 +7,7 @@
 #include "kernels/gemv.cuh"
 #include "kernels/indexer.cuh"
 #include "kernels/mma_linear.cuh"
+#include "kernels/mma_stream.cuh"
 #include "kernels/moe_mma.cuh"
 #include "kernels/moe_mxfp4.cuh"
 #include "kernels/qk_norm_rope_cache.cuh"
@@ -53,6 +54,7 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
     case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(item, g, smem);
     case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(item, g, smem);
     case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(item, g, smem);
+    case OpCode::MmaStreamFp8F32: return run<MmaStreamOp<ActFmt::F32>>(item, g, smem);
     case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(item, g, smem);
     case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(item, g, smem);
     case OpCode::RopeBf16Fp8: return run<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(item, g, smem);

@@ -134,14 +134,19 @@ class Runner final : public MonoRunner {
     return fmt::format(
         "mono: {} CTAs x {} threads, {} ops, {} tasks, {} B shared memory, serialized {}, poll sleep {} ns, "
         "placement {} ({} CTAs reserved for ops of at most {} items), staged tiles: {} projection ops, {} expert ops, "
-        "expert ring {}, early split {}, fence {}",
+        "expert ring {}, early split {}, fence {}, streamed projections {}",
         grid_, kCtaThreads, last_->table.ops.size(), last_->table.num_tasks(), last_->table.max_smem, opt_.serialized,
         opt_.poll_ns, opt_.place.pin ? "by op code" : "round robin", opt_.place.reserve, opt_.place.small,
-        staged_ops(1), staged_ops(2), opt_.place.ring, opt_.place.early, opt_.fence);
+        staged_ops(1), staged_ops(2), opt_.place.ring, opt_.place.early, opt_.fence,
+        count_ops([](const MonoOp& o) { return o.code == uint8_t(OpCode::MmaStreamFp8F32); }));
   }
   int staged_ops(int stage) const {
+    return count_ops([stage](const MonoOp& o) { return o.stage == stage; });
+  }
+  template <class F>
+  int count_ops(F f) const {
     int n = 0;
-    for (const MonoOp& o : last_->table.ops) n += o.stage == stage;
+    for (const MonoOp& o : last_->table.ops) n += f(o) ? 1 : 0;
     return n;
   }
 
@@ -258,8 +263,8 @@ std::variant<std::unique_ptr<MonoRunner>, Refusal> create(const native::ForwardM
   if (opt.poll_ns < 0 || opt.poll_ns > 1000000) r.reasons.push_back(fmt::format("poll sleep {} ns", opt.poll_ns));
   if (opt.place.ring < 0 || opt.place.ring > 2)
     r.reasons.push_back(fmt::format("expert ring {} (0 none, 1 all, 2 gate/up)", opt.place.ring));
-  if (opt.place.stage < 0 || opt.place.stage > 3)
-    r.reasons.push_back(fmt::format("stage mask {} (1 projections, 2 experts)", opt.place.stage));
+  if (opt.place.stage < 0 || opt.place.stage > 7)
+    r.reasons.push_back(fmt::format("stage mask {} (1 projections, 2 experts, 4 the O projection)", opt.place.stage));
   const int optin = kernel_max_dynamic_smem();
   const int per_sm = kernel_ctas_per_sm(optin);
   const int capacity = per_sm * m.sms();
