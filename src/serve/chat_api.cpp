@@ -131,6 +131,11 @@ CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const t
     if (!(v->is_string() && (v->get<std::string>() == "none" || v->get<std::string>() == "auto")))
       bad("tool_choice", "only 'tool_choice' \"auto\" and \"none\" are accepted (tool calls are not parsed yet)");
   }
+  ThinkingMode thinking = ThinkingMode::Adaptive;
+  if (const json* kw = field(j, "chat_template_kwargs"))
+    if (const json* m = field(*kw, "thinking_mode"))
+      if (!m->is_string() || !parse_thinking_mode(m->get<std::string>(), &thinking))
+        bad("chat_template_kwargs", "'chat_template_kwargs.thinking_mode' must be \"enabled\", \"disabled\" or \"adaptive\"");
   c["prompt"] = ids;
   ApiError e;
   std::optional<CompletionParams> p = parse_completion_request(c.dump(), lim, e);
@@ -138,6 +143,7 @@ CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const t
     if (e.param == "prompt") e.param = "messages";
     throw req::BadRequest{e};
   }
+  if (p->text_output) p->thinking = thinking;
   return *p;
 }
 
@@ -163,7 +169,10 @@ std::string chat_completion_json(const std::string& id, int64_t created, const s
   json cs = json::array();
   for (const auto& c : choices)
     cs.push_back({{"index", c.index},
-                  {"message", {{"role", "assistant"}, {"content", c.text.value_or("")}}},
+                  {"message",
+                   {{"role", "assistant"},
+                    {"content", c.text.value_or("")},
+                    {"reasoning_content", c.reasoning ? json(*c.reasoning) : json(nullptr)}}},
                   {"logprobs", nullptr},
                   {"finish_reason", finish_json(c)},
                   {"stop_reason", stop_reason_json(c)},
@@ -177,7 +186,9 @@ std::string chat_chunk_json(const std::string& id, int64_t created, const std::s
                             bool first) {
   json delta = json::object();
   if (first) delta["role"] = "assistant";
-  delta["content"] = c.text.value_or("");
+  const bool reasoning = c.reasoning && !c.reasoning->empty();
+  if (reasoning) delta["reasoning_content"] = *c.reasoning;
+  if (!reasoning || (c.text && !c.text->empty())) delta["content"] = c.text.value_or("");
   json ch = {{"index", c.index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish_json(c)},
              {"token_ids", c.tokens}};
   if (!c.finish_reason.empty()) ch["stop_reason"] = stop_reason_json(c);

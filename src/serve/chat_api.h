@@ -2,8 +2,10 @@
 // (and tools, chat_template_kwargs, add_generation_prompt) are rendered with the checkpoint's chat
 // template and encoded without special tokens (as transformers' apply_chat_template does); the
 // sampling fields are validated exactly as /v1/completions validates them (max_completion_tokens
-// is max_tokens). Responses are chat.completion objects (choices[i].message.content) and
-// chat.completion.chunk stream chunks (choices[0].delta.role first, then delta.content).
+// is max_tokens). Responses are chat.completion objects (choices[i].message.content, and
+// .reasoning_content: the thinking split off by chat_template_kwargs.thinking_mode, serve/reasoning.h,
+// or null) and chat.completion.chunk stream chunks (choices[0].delta.role first, then
+// delta.reasoning_content and delta.content).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <optional>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/request.h"
+#include "serve/reasoning.h"
 
 namespace m3::text {
 class Tokenizer;
@@ -59,6 +60,9 @@ struct CompletionParams {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Chat requests: the thinking mode (chat_template_kwargs.thinking_mode, default adaptive) that
+  // splits a text choice into reasoning_content and content (serve/reasoning.h); none: no split.
+  std::optional<ThinkingMode> thinking;
   // The engine request for prompt i (seed: the given one, else `fallback_seed`).
   GenerationRequest request(size_t i, uint64_t fallback_seed) const;
 };
@@ -85,6 +89,9 @@ struct ChoiceResult {
   int32_t stop_token = -1;      // the id that ended it with "stop", else -1
   std::string stop_string;      // the stop string that ended it ("stop_reason"), else ""
   std::optional<std::string> text;  // decoded text (for chunks: the new text); none: ids_text
+  // Chat with a thinking split: the reasoning (for chunks: the new reasoning); none: no split, or
+  // (a whole choice) no reasoning was opened.
+  std::optional<std::string> reasoning;
 };
 struct Usage {
   int prompt_tokens = 0, completion_tokens = 0;

@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "serve/chat_api.h"
 #include "serve/completion_api.h"
+#include "serve/reasoning.h"
 #include "serve/text_stream.h"
 #include "serve/tokenize_api.h"
 #include "text/tokenizer.h"
@@ -56,6 +57,8 @@ struct Job {
     int prompt_tokens = 0;
     std::string error;
     std::unique_ptr<TextStream> text_stream;  // null: token-id mode
+    std::unique_ptr<ReasoningSplit> reasoning;  // chat text: the thinking split off the answer
+    std::string reasoning_text;
   };
   struct Event {
     ChoiceResult result;  // the new tokens (and text) of one choice
@@ -104,6 +107,17 @@ struct Job {
       c.stop_token = ev.stop_token;
       c.error = ev.error;
       unfinished--;
+    }
+    if (c.reasoning) {
+      ReasoningSplit::Out r = c.reasoning->push(delta);
+      if (c.finished) {
+        ReasoningSplit::Out f = c.reasoning->finish();
+        r.reasoning += f.reasoning;
+        r.content += f.content;
+      }
+      c.reasoning_text += r.reasoning;
+      out.reasoning = std::move(r.reasoning);
+      delta = std::move(r.content);
     }
     if (c.text_stream) {
       c.text += delta;
@@ -280,8 +294,10 @@ struct Server::Impl {
     job->choices.resize(p->prompts.size());
     job->unfinished = int(p->prompts.size());
     if (limits.tokenizer)
-      for (auto& c : job->choices)
+      for (auto& c : job->choices) {
         c.text_stream = std::make_unique<TextStream>(*limits.tokenizer, p->stop, p->skip_special_tokens);
+        if (p->thinking) c.reasoning = std::make_unique<ReasoningSplit>(*p->thinking);
+      }
     for (size_t i = 0; i < p->prompts.size(); ++i) {
       try {
         uint64_t id = engine.submit(p->request(i, random_seed()), [eng = &engine, job, i](const RequestEvent& ev) {
@@ -316,6 +332,7 @@ struct Server::Impl {
         return send_error(res, err(503, "the request was cancelled: " + c.error, "server_error", "cancelled"));
       ChoiceResult r{int(i), c.tokens, finish_reason_name(c.reason), c.stop_token, c.stop_string, std::nullopt};
       if (c.text_stream) r.text = c.text;
+      if (c.reasoning && c.reasoning->reasoned()) r.reasoning = c.reasoning_text;
       out.push_back(std::move(r));
     }
     res.set_content(api == Api::Chat ? chat_completion_json(id, created, opt.model_name, out, job->usage())

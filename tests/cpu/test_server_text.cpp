@@ -604,3 +604,87 @@ TEST(ServerText, ChatCompletions) {
     EXPECT_NE(e["error"]["message"].get<std::string>().find(c.message), std::string::npos) << e.dump();
   }
 }
+
+// The thinking split over HTTP: a scripted model writes `<mm:think>…</mm:think>answer` (the markers as
+// the tokenizer's added tokens, and spelled in pieces); chat completions return the reasoning in
+// message.reasoning_content and the answer in content, whole and streamed (delta.reasoning_content,
+// then delta.content; no marker text in either), as the request's thinking_mode says: enabled (the
+// template prefilled the opener, so the script starts inside the reasoning), adaptive (the
+// default), disabled (everything is content). /v1/completions never splits.
+TEST(ServerText, ChatSplitsThinkingFromTheAnswer) {
+  const auto tok = tiny_tokenizer();
+  auto chat = std::make_shared<const text::ChatTemplate>(text::ChatTemplate::compile(text::tiny_chat_template()));
+  const json messages = json::array({{{"role", "user"}, {"content", "Warum? 😀"}}});
+  const std::string reasoning = "Weil es 🚀 so ist.", answer = "\n\nDarum, ganz einfach.";
+  std::vector<int32_t> opener = tok->encode("<mm:think>", false), closer = tok->encode("</mm:think>", false);
+  ASSERT_EQ(opener.size(), 1u);  // an added token
+  ASSERT_EQ(closer.size(), 1u);
+  auto ids = [&](const std::string& s) { return tok->encode(s, false); };
+  auto cat = [](std::vector<std::vector<int32_t>> parts) {
+    std::vector<int32_t> v;
+    for (auto& p : parts) v.insert(v.end(), p.begin(), p.end());
+    return v;
+  };
+  struct Case {
+    const char* mode;
+    std::vector<int32_t> script;
+    std::string reasoning, content;  // reasoning "-": null
+  };
+  const std::vector<Case> cases = {
+      {"adaptive", cat({opener, ids(reasoning), closer, ids(answer)}), reasoning, answer},
+      {"adaptive", cat({ids("<mm:"), ids("think>"), ids(reasoning), ids("</mm"), ids(":think>"), ids(answer)}),
+       reasoning, answer},
+      {"enabled", cat({ids(reasoning), closer, ids(answer)}), reasoning, answer},
+      {"adaptive", ids(answer), "-", answer},
+      {"disabled", cat({opener, ids(reasoning), closer, ids(answer)}), "-",
+       "<mm:think>" + reasoning + "</mm:think>" + answer},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.mode) + " " + c.content);
+    json body = {{"model", "tiny"}, {"messages", messages}, {"max_completion_tokens", c.script.size()},
+                 {"temperature", 0}, {"ignore_eos", true}};
+    if (std::string(c.mode) != "adaptive") body["chat_template_kwargs"] = {{"thinking_mode", c.mode}};
+    nlohmann::ordered_json ctx = {{"messages", nlohmann::ordered_json::parse(messages.dump())},
+                                  {"add_generation_prompt", true}};
+    if (body.contains("chat_template_kwargs")) ctx["thinking_mode"] = c.mode;
+    const int prompt_len = int(tok->encode(chat->render(ctx), false).size());
+    LiveText live(std::make_unique<ScriptedBackend>(c.script, prompt_len, 0.0), tok, chat);
+    json r = live.post("/v1/chat/completions", body);
+    const json& msg = r["choices"][0]["message"];
+    EXPECT_EQ(msg["content"], c.content);
+    if (c.reasoning == "-") EXPECT_TRUE(msg["reasoning_content"].is_null()) << msg;
+    else EXPECT_EQ(msg["reasoning_content"], c.reasoning);
+    EXPECT_EQ(r["choices"][0]["token_ids"], json(c.script));
+    // streamed: the same text, reasoning chunks first, never a marker
+    json sb = body;
+    sb["stream"] = true;
+    std::string rs, cs;
+    bool content_seen = false;
+    for (const json& ch : live.stream(sb, "/v1/chat/completions")) {
+      const json& d = ch["delta"];
+      if (d.contains("reasoning_content")) {
+        EXPECT_FALSE(content_seen) << "reasoning after the answer began";
+        rs += d["reasoning_content"].get<std::string>();
+      }
+      if (d.contains("content")) {
+        cs += d["content"].get<std::string>();
+        content_seen = content_seen || !d["content"].get<std::string>().empty();
+      }
+    }
+    EXPECT_EQ(rs, c.reasoning == "-" ? "" : c.reasoning);
+    EXPECT_EQ(cs, c.content);
+    // the plain completions endpoint keeps the text as it is
+    json pr = live.post("/v1/completions", text_body(std::vector<int32_t>(size_t(prompt_len), 5), int(c.script.size())));
+    EXPECT_EQ(pr["choices"][0]["text"], tok->decode(c.script));
+  }
+  // a thinking_mode that a template ignores but the split does not know is a 400 naming the field
+  auto plain = std::make_shared<const text::ChatTemplate>(
+      text::ChatTemplate::compile("{% for m in messages %}{{ m.content }}{% endfor %}"));
+  LiveText live(std::make_unique<ScriptedBackend>(ids(answer), 8, 0.0), tok, plain);
+  for (const json& mode : {json("loud"), json(3)}) {
+    json bad = {{"model", "tiny"}, {"messages", messages}, {"chat_template_kwargs", {{"thinking_mode", mode}}}};
+    json e = live.post("/v1/chat/completions", bad, 400);
+    EXPECT_EQ(e["error"]["param"], "chat_template_kwargs") << e;
+    EXPECT_NE(e["error"]["message"].get<std::string>().find("thinking_mode"), std::string::npos) << e;
+  }
+}

@@ -53,6 +53,23 @@ def tokenize(text, add_special_tokens=True):
     return body["tokens"]
 
 
+def split_thinking(text, mode):
+    """(reasoning or None, content) of a chat answer, as serve/reasoning.h splits it."""
+    opener, closer = "<mm:think>", "</mm:think>"
+    if mode == "disabled":
+        return None, text
+    at = 0
+    if mode != "enabled":
+        stripped = text.lstrip(" \t\r\n")
+        if not stripped.startswith(opener):
+            return None, text
+        at = len(text) - len(stripped) + len(opener)
+    end = text.find(closer, at)
+    if end < 0:
+        return text[at:], ""
+    return text[at:end], text[end + len(closer):]
+
+
 def detokenize(ids):
     status, body = post("/detokenize", {"tokens": list(ids)})
     assert status == 200, body
@@ -306,20 +323,24 @@ class OpenAIClient(unittest.TestCase):
             self.assertEqual(ch.message.role, "assistant")
             ids = ch.model_extra["token_ids"]
             self.assertEqual(len(ids), 8)
-            self.assertEqual(ch.message.content, detokenize(ids))
+            want_reasoning, want_content = split_thinking(detokenize(ids), mode)
+            self.assertEqual(ch.message.content, want_content)
+            self.assertEqual(ch.message.model_extra.get("reasoning_content"), want_reasoning)
             self.assertEqual(r.usage.completion_tokens, 8)
             self.assertGreater(r.usage.prompt_tokens, 10)
             stream = self.c.chat.completions.create(model=MODEL, messages=msgs, max_completion_tokens=8, temperature=0,
                                                     stream=True, stream_options={"include_usage": True}, extra_body=kw)
-            text, roles, usage = "", [], None
+            text, thought, roles, usage = "", "", [], None
             for chunk in stream:
                 if chunk.usage is not None:
                     usage = chunk.usage
                 for c in chunk.choices:
                     text += c.delta.content or ""
+                    thought += (c.delta.model_extra or {}).get("reasoning_content") or ""
                     if c.delta.role:
                         roles.append(c.delta.role)
             self.assertEqual(text, ch.message.content)
+            self.assertEqual(thought, want_reasoning or "")
             self.assertEqual(roles, ["assistant"])
             self.assertEqual(usage.prompt_tokens, r.usage.prompt_tokens)
             status, tok = post("/tokenize", {"messages": msgs, "chat_template_kwargs": {"thinking_mode": mode}})
