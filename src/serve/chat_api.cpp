@@ -74,8 +74,18 @@ std::vector<int32_t> render_chat_prompt(const json& j, const ApiLimits& lim, con
   ctx["messages"] = ordered_json::parse(msgs->dump());
   if (const json* tools = field(j, "tools")) {
     if (!tools->is_array()) bad("tools", fmt::format("'tools' must be a list, got {}", type_name(*tools)));
-    for (size_t i = 0; i < tools->size(); ++i)
-      if (!(*tools)[i].is_object()) bad("tools", fmt::format("'tools[{}]' must be an object", i));
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& t = (*tools)[i];
+      if (!t.is_object()) bad("tools", fmt::format("'tools[{}]' must be an object", i));
+      const json* fn = field(t, "function");
+      if (!fn || !fn->is_object()) bad("tools", fmt::format("'tools[{}].function' must be an object", i));
+      const json* name = field(*fn, "name");
+      if (!name || !name->is_string() || name->get<std::string>().empty())
+        bad("tools", fmt::format("'tools[{}].function.name' must be a non-empty string", i));
+      if (const json* ps = field(*fn, "parameters"); ps && !ps->is_object())
+        bad("tools", fmt::format("'tools[{}].function.parameters' must be a JSON schema object, got {}", i,
+                                 type_name(*ps)));
+    }
     if (!tools->empty()) ctx["tools"] = ordered_json::parse(tools->dump());
   }
   bool gen = true;
@@ -127,9 +137,11 @@ CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const t
     req::as_int(*v, "top_logprobs");
     bad("top_logprobs", "'top_logprobs' are not supported");
   }
+  bool parse_tools = true;
   if (const json* v = field(j, "tool_choice")) {
     if (!(v->is_string() && (v->get<std::string>() == "none" || v->get<std::string>() == "auto")))
-      bad("tool_choice", "only 'tool_choice' \"auto\" and \"none\" are accepted (tool calls are not parsed yet)");
+      bad("tool_choice", "only 'tool_choice' \"auto\" and \"none\" are accepted");
+    parse_tools = v->get<std::string>() == "auto";
   }
   ThinkingMode thinking = ThinkingMode::Adaptive;
   if (const json* kw = field(j, "chat_template_kwargs"))
@@ -143,7 +155,10 @@ CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const t
     if (e.param == "prompt") e.param = "messages";
     throw req::BadRequest{e};
   }
-  if (p->text_output) p->thinking = thinking;
+  if (p->text_output) {
+    p->thinking = thinking;
+    if (const json* tools = field(j, "tools"); tools && !tools->empty() && parse_tools) p->tools = *tools;
+  }
   return *p;
 }
 
@@ -151,6 +166,18 @@ json usage_json(const Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
               {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+// OpenAI tool_calls; in stream chunks each carries its index in the choice.
+json tool_calls_json(const std::vector<ToolCall>& calls, int first, bool indexed) {
+  json a = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json c = {{"id", calls[k].id},
+              {"type", "function"},
+              {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (indexed) c["index"] = first + int(k);
+    a.push_back(std::move(c));
+  }
+  return a;
 }
 json finish_json(const ChoiceResult& c) { return c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason); }
 json stop_reason_json(const ChoiceResult& c) {
@@ -167,16 +194,18 @@ std::optional<CompletionParams> parse_chat_request(std::string_view body, const 
 std::string chat_completion_json(const std::string& id, int64_t created, const std::string& model,
                                  const std::vector<ChoiceResult>& choices, const Usage& usage) {
   json cs = json::array();
-  for (const auto& c : choices)
+  for (const auto& c : choices) {
+    json msg = {{"role", "assistant"},
+                {"content", c.tool_calls.empty() || !c.text.value_or("").empty() ? json(c.text.value_or("")) : json(nullptr)},
+                {"reasoning_content", c.reasoning ? json(*c.reasoning) : json(nullptr)}};
+    if (!c.tool_calls.empty()) msg["tool_calls"] = tool_calls_json(c.tool_calls, 0, false);
     cs.push_back({{"index", c.index},
-                  {"message",
-                   {{"role", "assistant"},
-                    {"content", c.text.value_or("")},
-                    {"reasoning_content", c.reasoning ? json(*c.reasoning) : json(nullptr)}}},
+                  {"message", msg},
                   {"logprobs", nullptr},
                   {"finish_reason", finish_json(c)},
                   {"stop_reason", stop_reason_json(c)},
                   {"token_ids", c.tokens}});
+  }
   return json{{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
               {"choices", cs}, {"usage", usage_json(usage)}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
@@ -188,7 +217,8 @@ std::string chat_chunk_json(const std::string& id, int64_t created, const std::s
   if (first) delta["role"] = "assistant";
   const bool reasoning = c.reasoning && !c.reasoning->empty();
   if (reasoning) delta["reasoning_content"] = *c.reasoning;
-  if (!reasoning || (c.text && !c.text->empty())) delta["content"] = c.text.value_or("");
+  if ((!reasoning && c.tool_calls.empty()) || (c.text && !c.text->empty())) delta["content"] = c.text.value_or("");
+  if (!c.tool_calls.empty()) delta["tool_calls"] = tool_calls_json(c.tool_calls, c.tool_call_index, true);
   json ch = {{"index", c.index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish_json(c)},
              {"token_ids", c.tokens}};
   if (!c.finish_reason.empty()) ch["stop_reason"] = stop_reason_json(c);

@@ -4,8 +4,10 @@
 // sampling fields are validated exactly as /v1/completions validates them (max_completion_tokens
 // is max_tokens). Responses are chat.completion objects (choices[i].message.content, and
 // .reasoning_content: the thinking split off by chat_template_kwargs.thinking_mode, serve/reasoning.h,
-// or null) and chat.completion.chunk stream chunks (choices[0].delta.role first, then
-// delta.reasoning_content and delta.content).
+// or null; .tool_calls: the calls of M3's tool-call XML when the request has tools and
+// tool_choice is not "none", serve/tool_calls.h, finish_reason then "tool_calls") and
+// chat.completion.chunk stream chunks (choices[0].delta.role first, then delta.reasoning_content,
+// delta.content and delta.tool_calls with their index).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <optional>

@@ -13,6 +13,7 @@
 
 #include "runtime/request.h"
 #include "serve/reasoning.h"
+#include "serve/tool_calls.h"
 
 namespace m3::text {
 class Tokenizer;
@@ -63,6 +64,9 @@ struct CompletionParams {
   // Chat requests: the thinking mode (chat_template_kwargs.thinking_mode, default adaptive) that
   // splits a text choice into reasoning_content and content (serve/reasoning.h); none: no split.
   std::optional<ThinkingMode> thinking;
+  // Chat requests with tools (and tool_choice not "none"): the tools, whose calls in a text choice
+  // become tool_calls (serve/tool_calls.h); null: no parsing.
+  nlohmann::json tools;
   // The engine request for prompt i (seed: the given one, else `fallback_seed`).
   GenerationRequest request(size_t i, uint64_t fallback_seed) const;
 };
@@ -92,6 +96,10 @@ struct ChoiceResult {
   // Chat with a thinking split: the reasoning (for chunks: the new reasoning); none: no split, or
   // (a whole choice) no reasoning was opened.
   std::optional<std::string> reasoning;
+  // Chat with tools: the calls parsed (for chunks: the new ones, the first being the choice's call
+  // number tool_call_index).
+  std::vector<ToolCall> tool_calls;
+  int tool_call_index = 0;
 };
 struct Usage {
   int prompt_tokens = 0, completion_tokens = 0;

@@ -59,7 +59,14 @@ struct Job {
     std::unique_ptr<TextStream> text_stream;  // null: token-id mode
     std::unique_ptr<ReasoningSplit> reasoning;  // chat text: the thinking split off the answer
     std::string reasoning_text;
+    std::unique_ptr<ToolCallParser> tools;  // chat text with tools: calls out of the answer
+    std::vector<ToolCall> calls;
+    // "tool_calls" when the model ended its turn (stop) after calling tools
+    std::string finish_name() const {
+      return reason == FinishReason::Stop && !calls.empty() ? "tool_calls" : finish_reason_name(reason);
+    }
   };
+  uint64_t call_ids = 0;  // tool-call id stream (seeded by the server)
   struct Event {
     ChoiceResult result;  // the new tokens (and text) of one choice
     FinishReason reason = FinishReason::None;
@@ -119,12 +126,28 @@ struct Job {
       out.reasoning = std::move(r.reasoning);
       delta = std::move(r.content);
     }
+    if (c.tools) {
+      ToolCallParser::Out t = c.tools->push(delta);
+      if (c.finished) {
+        ToolCallParser::Out f = c.tools->finish();
+        t.content += f.content;
+        for (auto& k : f.calls) t.calls.push_back(std::move(k));
+      }
+      out.tool_call_index = int(c.calls.size());
+      for (auto& k : t.calls) {
+        call_ids = call_ids * 6364136223846793005ull + 1442695040888963407ull;
+        k.id = fmt::format("call_{:016x}", call_ids);
+        c.calls.push_back(k);
+        out.tool_calls.push_back(std::move(k));
+      }
+      delta = std::move(t.content);
+    }
     if (c.text_stream) {
       c.text += delta;
       out.text = std::move(delta);
     }
     if (c.finished) {
-      out.finish_reason = finish_reason_name(c.reason);
+      out.finish_reason = c.finish_name();
       out.stop_token = c.stop_token;
       out.stop_string = c.stop_string;
     }
@@ -297,7 +320,9 @@ struct Server::Impl {
       for (auto& c : job->choices) {
         c.text_stream = std::make_unique<TextStream>(*limits.tokenizer, p->stop, p->skip_special_tokens);
         if (p->thinking) c.reasoning = std::make_unique<ReasoningSplit>(*p->thinking);
+        if (!p->tools.is_null()) c.tools = std::make_unique<ToolCallParser>(p->tools);
       }
+    job->call_ids = random_seed();
     for (size_t i = 0; i < p->prompts.size(); ++i) {
       try {
         uint64_t id = engine.submit(p->request(i, random_seed()), [eng = &engine, job, i](const RequestEvent& ev) {
@@ -330,9 +355,10 @@ struct Server::Impl {
         return send_error(res, err(500, "generation failed: " + c.error, "server_error", "engine_error"));
       if (c.reason == FinishReason::Cancelled)
         return send_error(res, err(503, "the request was cancelled: " + c.error, "server_error", "cancelled"));
-      ChoiceResult r{int(i), c.tokens, finish_reason_name(c.reason), c.stop_token, c.stop_string, std::nullopt};
+      ChoiceResult r{int(i), c.tokens, c.finish_name(), c.stop_token, c.stop_string, std::nullopt};
       if (c.text_stream) r.text = c.text;
       if (c.reasoning && c.reasoning->reasoned()) r.reasoning = c.reasoning_text;
+      r.tool_calls = c.calls;
       out.push_back(std::move(r));
     }
     res.set_content(api == Api::Chat ? chat_completion_json(id, created, opt.model_name, out, job->usage())

@@ -688,3 +688,79 @@ TEST(ServerText, ChatSplitsThinkingFromTheAnswer) {
     EXPECT_NE(e["error"]["message"].get<std::string>().find("thinking_mode"), std::string::npos) << e;
   }
 }
+
+// Tool calls over HTTP: a scripted model thinks, says a word, then writes a call block in M3's
+// namespaced XML; the chat response carries message.tool_calls (typed by the request's schema,
+// ids "call_…"), the reasoning and the text apart, no markup in content, finish_reason
+// "tool_calls"; streamed, delta.tool_calls with their index; tool_choice "none" leaves the block
+// as text; tools that are not function schemas are a 400 naming 'tools'.
+TEST(ServerText, ChatToolCalls) {
+  const auto tok = tiny_tokenizer();
+  auto chat = std::make_shared<const text::ChatTemplate>(text::ChatTemplate::compile(text::tiny_chat_template()));
+  const json messages = json::array({{{"role", "user"}, {"content", "Wetter in Köln?"}}});
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {
+      "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+      "hours": {"type": "array", "items": {"type": "integer"}}}}}}])");
+  const std::string NS(kToolNs);
+  const std::string calls = NS + "<tool_call>\n" + NS + "<invoke name=\"get_weather\">" + NS + "<city>Köln" + NS +
+                            "</city>" + NS + "<days>2" + NS + "</days>" + NS + "<hours>" + NS + "<item>9" + NS + "</item>" +
+                            NS + "<item>18" + NS + "</item>" + NS + "</hours>" + NS + "</invoke>\n" + NS + "</tool_call>";
+  const std::string text = "<mm:think>Ich frage das Wetter ab.</mm:think>Moment." + calls;
+  std::vector<int32_t> script = tok->encode(text, false);
+  script.push_back(tiny_spec().eos_id);  // the turn ends after the call
+  json body = {{"model", "tiny"}, {"messages", messages}, {"tools", tools}, {"max_completion_tokens", script.size() + 4},
+               {"temperature", 0}};
+  nlohmann::ordered_json ctx = {{"messages", nlohmann::ordered_json::parse(messages.dump())},
+                                {"tools", nlohmann::ordered_json::parse(tools.dump())},
+                                {"add_generation_prompt", true}};
+  const int prompt_len = int(tok->encode(chat->render(ctx), false).size());
+  LiveText live(std::make_unique<ScriptedBackend>(script, prompt_len, 0.0), tok, chat);
+  json r = live.post("/v1/chat/completions", body);
+  const json& ch = r["choices"][0];
+  EXPECT_EQ(ch["finish_reason"], "tool_calls") << r;
+  EXPECT_EQ(ch["message"]["content"], "Moment.");
+  EXPECT_EQ(ch["message"]["reasoning_content"], "Ich frage das Wetter ab.");
+  ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << r;
+  const json& call = ch["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"city": "Köln", "days": 2, "hours": [9, 18]})"));
+
+  json sb = body;
+  sb["stream"] = true;
+  std::string content, reasoning, finish;
+  std::vector<json> streamed_calls;
+  for (const json& c : live.stream(sb, "/v1/chat/completions")) {
+    const json& d = c["delta"];
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("tool_calls"))
+      for (const json& k : d["tool_calls"]) streamed_calls.push_back(k);
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(content, "Moment.");
+  EXPECT_EQ(content.find(NS), std::string::npos);
+  EXPECT_EQ(reasoning, "Ich frage das Wetter ab.");
+  ASSERT_EQ(streamed_calls.size(), 1u);
+  EXPECT_EQ(streamed_calls[0]["index"], 0);
+  EXPECT_EQ(streamed_calls[0]["function"]["arguments"], call["function"]["arguments"]);
+  EXPECT_EQ(finish, "tool_calls");
+
+  json none = body;
+  none["tool_choice"] = "none";
+  json rn = live.post("/v1/chat/completions", none);
+  EXPECT_EQ(rn["choices"][0]["message"]["content"], "Moment." + calls);
+  EXPECT_FALSE(rn["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(rn["choices"][0]["finish_reason"], "stop");
+
+  for (const json& bad : {json::array({json{{"type", "function"}}}),
+                          json::array({json{{"type", "function"}, {"function", {{"name", ""}}}}}),
+                          json::array({json{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", "x"}}}}})}) {
+    json b = body;
+    b["tools"] = bad;
+    json e = live.post("/v1/chat/completions", b, 400);
+    EXPECT_EQ(e["error"]["param"], "tools") << e;
+  }
+}

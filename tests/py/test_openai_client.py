@@ -346,6 +346,21 @@ class OpenAIClient(unittest.TestCase):
             status, tok = post("/tokenize", {"messages": msgs, "chat_template_kwargs": {"thinking_mode": mode}})
             self.assertEqual(status, 200, tok)
             self.assertEqual(tok["count"], r.usage.prompt_tokens)
+        # with tools: the same answer (the tiny model writes no call block), the schema accepted
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                                   "parameters": {"type": "object",
+                                                                  "properties": {"city": {"type": "string"}}}}}]
+        kw = {"ignore_eos": True, "skip_special_tokens": False, "chat_template_kwargs": {"thinking_mode": "disabled"}}
+        r = self.c.chat.completions.create(model=MODEL, messages=msgs, max_completion_tokens=8, temperature=0,
+                                           tools=tools, extra_body=kw)
+        ids = r.choices[0].model_extra["token_ids"]
+        self.assertEqual(r.choices[0].message.content, detokenize(ids))
+        self.assertFalse(r.choices[0].message.tool_calls)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.c.chat.completions.create(model=MODEL, messages=msgs, max_completion_tokens=2,
+                                           tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}])
+        self.assertIn("tools[0].function.parameters", str(cm.exception))
         with self.assertRaises(openai.BadRequestError) as cm:
             self.c.chat.completions.create(model=MODEL, messages=[{"role": "wizard", "content": "x"}], max_tokens=2)
         self.assertIn("messages[0].role", str(cm.exception))
