@@ -23,6 +23,13 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions opt)
   stats_.cache_block_size = sched_.blocks().block_size();
   stats_.step_latency = Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
   stats_.batch_size = Histogram({1, 2, 4, 8, 16, 32, 64, 128, 256});
+  // vLLM's buckets, with finer ones below its smallest (a decode step here can take a millisecond)
+  stats_.time_to_first_token = Histogram({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                                          5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0});
+  stats_.inter_token_latency = Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                          0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0});
+  stats_.e2e_latency = Histogram({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                                  50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0});
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -38,10 +45,28 @@ uint64_t Engine::submit(GenerationRequest r, EventCallback cb) {
   // Runs on the engine thread. On the final event the freed blocks are published before the
   // client hears of it (so its next /metrics read sees them), and the request stops counting as
   // live only after its callback returned (so wait_idle() implies every callback ran).
-  EventCallback wrapped = [this, cb = std::move(cb)](const RequestEvent& ev) {
-    if (ev.finished) {
+  using Clock = std::chrono::steady_clock;
+  EventCallback wrapped = [this, cb = std::move(cb), submitted = Clock::now(), last = Clock::time_point{},
+                           tokens = uint64_t(0)](const RequestEvent& ev) mutable {
+    const auto now = Clock::now();
+    if (!ev.new_tokens.empty() || ev.finished) {
       std::lock_guard g(mu_);
-      publish_gauges();
+      if (!ev.new_tokens.empty()) {
+        const size_t k = ev.new_tokens.size();
+        if (tokens == 0) {
+          stats_.time_to_first_token.observe(std::chrono::duration<double>(now - submitted).count());
+          for (size_t i = 1; i < k; ++i) stats_.inter_token_latency.observe(0.0);
+        } else {
+          const double gap = std::chrono::duration<double>(now - last).count() / double(k);
+          for (size_t i = 0; i < k; ++i) stats_.inter_token_latency.observe(gap);
+        }
+        tokens += k;
+        last = now;
+      }
+      if (ev.finished) {
+        stats_.e2e_latency.observe(std::chrono::duration<double>(now - submitted).count());
+        publish_gauges();
+      }
     }
     if (cb) cb(ev);
     if (ev.finished) {

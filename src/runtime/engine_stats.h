@@ -44,6 +44,11 @@ struct EngineStats {
   double tokens_per_second = 0;     // generated tokens per second over the last few seconds
   Histogram step_latency;           // seconds per backend step
   Histogram batch_size;             // sequences per step
+  // per request (seconds): submission to its first token, between consecutive tokens (an event of
+  // k tokens counts k intervals of a k-th of its gap each), submission to its end
+  Histogram time_to_first_token;
+  Histogram inter_token_latency;
+  Histogram e2e_latency;
   std::map<std::string, uint64_t> steps_by_path;
   std::map<std::pair<std::string, std::string>, uint64_t> fallbacks;  // (path taken, reason) -> steps
 };

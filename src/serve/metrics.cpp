@@ -53,19 +53,24 @@ void PromText::sample(const std::string& name, double value, const Labels& label
   out_ += " " + format_value(value) + "\n";
 }
 
-void PromText::histogram(const std::string& name, const std::string& help, const Histogram& h) {
+void PromText::histogram(const std::string& name, const std::string& help, const Histogram& h, const Labels& labels) {
   family(name, "histogram", help);
+  auto with_le = [&](const std::string& le) {
+    Labels l = labels;
+    l.emplace_back("le", le);
+    return l;
+  };
   uint64_t cum = 0;
   for (size_t i = 0; i < h.bounds.size(); ++i) {
     cum += i < h.counts.size() ? h.counts[i] : 0;
-    sample(name + "_bucket", double(cum), {{"le", format_value(h.bounds[i])}});
+    sample(name + "_bucket", double(cum), with_le(format_value(h.bounds[i])));
   }
-  sample(name + "_bucket", double(h.count), {{"le", "+Inf"}});
-  sample(name + "_sum", h.sum);
-  sample(name + "_count", double(h.count));
+  sample(name + "_bucket", double(h.count), with_le("+Inf"));
+  sample(name + "_sum", h.sum, labels);
+  sample(name + "_count", double(h.count), labels);
 }
 
-std::string render_metrics(const EngineStats& e, const ServerCounters& s) {
+std::string render_metrics(const EngineStats& e, const ServerCounters& s, const std::string& model_name) {
   PromText p;
   p.family("m3_backend_info", "gauge", "The native backend serving this model (value is always 1).");
   p.sample("m3_backend_info", 1, {{"backend", e.backend}});
@@ -114,6 +119,25 @@ std::string render_metrics(const EngineStats& e, const ServerCounters& s) {
   p.sample("m3_http_client_disconnects_total", double(s.client_disconnects));
   p.family("m3_http_responses_total", "counter", "HTTP responses, by status code.");
   for (const auto& [code, n] : s.responses_by_code) p.sample("m3_http_responses_total", double(n), {{"code", std::to_string(code)}});
+  // vLLM's names
+  const Labels model{{"model_name", model_name}};
+  p.family("vllm:num_requests_running", "gauge", "Requests in the running batch (vLLM's name).");
+  p.sample("vllm:num_requests_running", e.running, model);
+  p.family("vllm:num_requests_waiting", "gauge", "Requests waiting to be admitted (vLLM's name).");
+  p.sample("vllm:num_requests_waiting", e.waiting, model);
+  p.family("vllm:kv_cache_usage_perc", "gauge", "Fraction of paged-cache blocks in use, 0 to 1 (vLLM's name).");
+  p.sample("vllm:kv_cache_usage_perc",
+           e.cache_blocks_total > 0 ? double(e.cache_blocks_used) / double(e.cache_blocks_total) : 0.0, model);
+  p.family("vllm:prompt_tokens_total", "counter", "Prefill tokens computed (vLLM's name).");
+  p.sample("vllm:prompt_tokens_total", double(e.prompt_tokens), model);
+  p.family("vllm:generation_tokens_total", "counter", "Tokens generated (vLLM's name).");
+  p.sample("vllm:generation_tokens_total", double(e.generation_tokens), model);
+  p.histogram("vllm:time_to_first_token_seconds", "Submission to first token, per request (vLLM's name).",
+              e.time_to_first_token, model);
+  p.histogram("vllm:inter_token_latency_seconds", "Time between consecutive tokens of a request (vLLM's name).",
+              e.inter_token_latency, model);
+  p.histogram("vllm:e2e_request_latency_seconds", "Submission to end, per request (vLLM's name).", e.e2e_latency,
+              model);
   return p.str();
 }
 

@@ -19,8 +19,8 @@ class PromText {
   // type: "gauge", "counter" or "histogram". Samples of a family follow its family() call.
   void family(const std::string& name, const std::string& type, const std::string& help);
   void sample(const std::string& name, double value, const Labels& labels = {});
-  // A whole histogram family: cumulative _bucket{le=...} lines, +Inf, _sum and _count.
-  void histogram(const std::string& name, const std::string& help, const Histogram& h);
+  // A whole histogram family: cumulative _bucket{labels..., le=...} lines, +Inf, _sum and _count.
+  void histogram(const std::string& name, const std::string& help, const Histogram& h, const Labels& labels = {});
   const std::string& str() const { return out_; }
 
  private:
@@ -39,6 +39,10 @@ struct ServerCounters {
   std::map<int, uint64_t> responses_by_code;  // every HTTP response, by status
 };
 
-std::string render_metrics(const EngineStats& e, const ServerCounters& s);
+// The m3_* families, then vLLM's names for the same numbers (labelled model_name, so dashboards
+// built for vLLM read them): vllm:num_requests_running / _waiting, vllm:kv_cache_usage_perc (0-1),
+// vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:time_to_first_token_seconds,
+// vllm:inter_token_latency_seconds, vllm:e2e_request_latency_seconds.
+std::string render_metrics(const EngineStats& e, const ServerCounters& s, const std::string& model_name = "");
 
 }  // namespace m3::serve

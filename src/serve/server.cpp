@@ -555,7 +555,7 @@ struct Server::Impl {
       res.set_content(R"({"status":"ok"})", "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(render_metrics(engine.stats(), snapshot()), "text/plain; version=0.0.4; charset=utf-8");
+      res.set_content(render_metrics(engine.stats(), snapshot(), opt.model_name), "text/plain; version=0.0.4; charset=utf-8");
     });
   }
 

@@ -317,7 +317,13 @@ TEST(Metrics, PrometheusTextFormat) {
   s.active_requests = 2;
   s.responses_by_code[200] = 10;
   s.responses_by_code[400] = 1;
-  const std::string page = render_metrics(e, s);
+  e.prompt_tokens = 77;
+  e.time_to_first_token = Histogram({0.01, 0.1});
+  for (double v : {0.005, 0.05, 0.5}) e.time_to_first_token.observe(v);
+  e.inter_token_latency = Histogram({0.01});
+  e.inter_token_latency.observe(0.002);
+  e.e2e_latency = Histogram({1.0});
+  const std::string page = render_metrics(e, s, "m\"3");
   for (const auto& p : prom_problems(page)) ADD_FAILURE() << p;
 
   auto has = [&](const std::string& line) {
@@ -341,6 +347,18 @@ TEST(Metrics, PrometheusTextFormat) {
   has(R"(m3_requests_finished_total{reason="length"} 9)");
   has(R"(m3_requests_finished_total{reason="cancelled"} 0)");
   has(R"(m3_http_responses_total{code="400"} 1)");
+  // vLLM's names, labelled with the model (escaped)
+  has(R"(vllm:num_requests_running{model_name="m\"3"} 5)");
+  has(R"(vllm:num_requests_waiting{model_name="m\"3"} 3)");
+  has(R"(vllm:kv_cache_usage_perc{model_name="m\"3"} 0.42)");
+  has(R"(vllm:generation_tokens_total{model_name="m\"3"} 30)");
+  has(R"(vllm:prompt_tokens_total{model_name="m\"3"} 77)");
+  has(R"(vllm:time_to_first_token_seconds_bucket{model_name="m\"3",le="0.01"} 1)");
+  has(R"(vllm:time_to_first_token_seconds_bucket{model_name="m\"3",le="0.1"} 2)");
+  has(R"(vllm:time_to_first_token_seconds_bucket{model_name="m\"3",le="+Inf"} 3)");
+  has(R"(vllm:time_to_first_token_seconds_count{model_name="m\"3"} 3)");
+  has(R"(vllm:inter_token_latency_seconds_count{model_name="m\"3"} 1)");
+  has(R"(vllm:e2e_request_latency_seconds_count{model_name="m\"3"} 0)");
   EXPECT_EQ(metric_value(page, "m3_cache_blocks_used"), 42);
   EXPECT_EQ(metric_value(page, "m3_step_latency_seconds_sum"), 0.5565);
   EXPECT_TRUE(std::isnan(metric_value(page, "m3_nonexistent")));

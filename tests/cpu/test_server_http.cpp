@@ -221,6 +221,21 @@ TEST(ServerHttp, CompletionsWholeStreamedAndBatched) {
   EXPECT_EQ(jb["choices"][1]["token_ids"].get<std::vector<int32_t>>(), want2);
   EXPECT_EQ(jb["usage"]["completion_tokens"], 14);
   EXPECT_EQ(live.metric("m3_cache_blocks_used"), 0);
+  // vLLM's names for the same numbers: four requests of 7 tokens each (a first token and 6
+  // intervals per request), every latency positive
+  const std::string tiny = "{model_name=\"tiny\"}";
+  EXPECT_TRUE(live.wait_metric("vllm:e2e_request_latency_seconds_count" + tiny, 4));
+  EXPECT_EQ(live.metric("vllm:time_to_first_token_seconds_count" + tiny), 4);
+  EXPECT_EQ(live.metric("vllm:inter_token_latency_seconds_count" + tiny), 24);
+  EXPECT_GT(live.metric("vllm:time_to_first_token_seconds_sum" + tiny), 0);
+  EXPECT_GT(live.metric("vllm:e2e_request_latency_seconds_sum" + tiny), live.metric("vllm:time_to_first_token_seconds_sum" + tiny));
+  EXPECT_EQ(live.metric("vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"}"), 4);
+  // (the step's token counts land after its requests' last events: wait for them)
+  EXPECT_TRUE(live.wait_metric("vllm:generation_tokens_total" + tiny, 28));
+  EXPECT_EQ(live.metric("vllm:prompt_tokens_total" + tiny), live.metric("m3_prompt_tokens_total"));
+  EXPECT_EQ(live.metric("vllm:num_requests_running" + tiny), 0);
+  EXPECT_EQ(live.metric("vllm:num_requests_waiting" + tiny), 0);
+  EXPECT_EQ(live.metric("vllm:kv_cache_usage_perc" + tiny), 0);
 }
 
 TEST(ServerHttp, BadRequestsGetJsonErrorsAndTheServerKeepsServing) {
