@@ -82,6 +82,7 @@ bool in_vocab(int32_t id) { return id >= 0 && id < limits().vocab_size; }
 void check_request(const CompletionParams& p) {
   const ApiLimits& l = limits();
   require(!p.prompts.empty() && p.prompts.size() <= size_t(l.max_prompts));
+  require(p.n >= 1 && p.choices() == p.prompts.size() * size_t(p.n) && p.choices() <= size_t(l.max_prompts));
   require(p.max_tokens >= 1 && p.max_tokens <= l.max_completion_tokens);
   require(std::isfinite(p.temperature) && p.temperature >= 0 && p.temperature <= 2);
   require(std::isfinite(p.top_p) && p.top_p > 0 && p.top_p <= 1);
@@ -93,11 +94,13 @@ void check_request(const CompletionParams& p) {
     require(!pr.empty() && pr.size() <= size_t(l.max_prompt_tokens));
     require(int64_t(pr.size()) + p.max_tokens <= l.max_model_len);
     for (int32_t id : pr) require(in_vocab(id));
-    // the engine request carries the same numbers
-    m3::GenerationRequest r = p.request(i, 12345);
-    require(r.prompt == pr && r.max_tokens == p.max_tokens && r.stop_token_ids == p.stop_token_ids);
+  }
+  // the engine request of each choice carries the same numbers, choice c sampling prompt c / n
+  for (size_t c = 0; c < p.choices(); ++c) {
+    m3::GenerationRequest r = p.request(c, 12345);
+    require(r.prompt == p.prompts[c / size_t(p.n)] && r.max_tokens == p.max_tokens && r.stop_token_ids == p.stop_token_ids);
     require(r.sampling.temperature == p.temperature && r.sampling.top_p == p.top_p && r.sampling.top_k == p.top_k);
-    require(r.sampling.seed == (p.seed ? *p.seed : 12345u) && r.ignore_eos == p.ignore_eos);
+    require(r.sampling.seed == (p.seed ? *p.seed + c % size_t(p.n) : 12345u) && r.ignore_eos == p.ignore_eos);
   }
 }
 

@@ -26,14 +26,14 @@ std::string error_json(const ApiError& e) {
   return safe_dump(j);
 }
 
-GenerationRequest CompletionParams::request(size_t i, uint64_t fallback_seed) const {
+GenerationRequest CompletionParams::request(size_t c, uint64_t fallback_seed) const {
   GenerationRequest r;
-  r.prompt = prompts.at(i);
+  r.prompt = prompts.at(c / size_t(n));
   r.max_tokens = max_tokens;
   r.sampling.temperature = temperature;
   r.sampling.top_p = top_p;
   r.sampling.top_k = top_k;
-  r.sampling.seed = seed ? *seed : fallback_seed;
+  r.sampling.seed = seed ? *seed + uint64_t(c % size_t(n)) : fallback_seed;
   r.stop_token_ids = stop_token_ids;
   r.ignore_eos = ignore_eos;
   return r;
@@ -183,7 +183,12 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
   }
   if (const json* v = field(j, "seed")) p.seed = uint64_t(as_int(*v, "seed"));
   if (const json* v = field(j, "n")) {
-    if (as_int(*v, "n") != 1) bad("n", "only n = 1 is supported");
+    const int64_t n = as_int(*v, "n");
+    if (n < 1 || n > lim.max_prompts) bad("n", fmt::format("'n' must be in [1, {}], got {}", lim.max_prompts, n));
+    if (p.prompts.size() * size_t(n) > size_t(lim.max_prompts))
+      bad("n", fmt::format("{} prompts x n = {} make {} choices; this server makes at most {} per request",
+                           p.prompts.size(), n, p.prompts.size() * size_t(n), lim.max_prompts));
+    p.n = int(n);
   }
   if (const json* v = field(j, "best_of")) {
     if (as_int(*v, "best_of") != 1) bad("best_of", "only best_of = 1 is supported");

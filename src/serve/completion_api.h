@@ -36,7 +36,7 @@ struct ApiLimits {
   int max_model_len = 0;          // prompt + completion
   int max_prompt_tokens = 0;      // per prompt
   int max_completion_tokens = 0;  // max_tokens upper bound
-  int max_prompts = 64;           // prompts in one request (prompt as a list of lists)
+  int max_prompts = 64;           // prompts in one request (prompt as a list of lists), and choices (prompts x n)
   // Checked before the body is parsed (parsing allocates about 20x a body's size, more with deep
   // nesting): longer bodies get 413, deeper ones 400.
   size_t max_body_bytes = 1 << 20;
@@ -48,7 +48,8 @@ struct ApiLimits {
 };
 
 struct CompletionParams {
-  std::vector<std::vector<int32_t>> prompts;  // one choice per prompt
+  std::vector<std::vector<int32_t>> prompts;  // n choices per prompt
+  int n = 1;  // choices per prompt: choice c samples prompt c / n (its seed, when given, + c % n)
   int max_tokens = 16;
   float temperature = 1.0f;
   float top_p = 1.0f;
@@ -67,8 +68,9 @@ struct CompletionParams {
   // Chat requests with tools (and tool_choice not "none"): the tools, whose calls in a text choice
   // become tool_calls (serve/tool_calls.h); null: no parsing.
   nlohmann::json tools;
-  // The engine request for prompt i (seed: the given one, else `fallback_seed`).
-  GenerationRequest request(size_t i, uint64_t fallback_seed) const;
+  size_t choices() const { return prompts.size() * size_t(n); }
+  // The engine request of choice c (seed: the given one + c % n, else `fallback_seed`).
+  GenerationRequest request(size_t c, uint64_t fallback_seed) const;
 };
 
 // Returns the parsed parameters, or nullopt with `err` set to the first problem found (status 4xx).

@@ -67,6 +67,7 @@ struct Job {
     }
   };
   uint64_t call_ids = 0;  // tool-call id stream (seeded by the server)
+  int n = 1;              // choices per prompt (a prompt's tokens count once in the usage)
   struct Event {
     ChoiceResult result;  // the new tokens (and text) of one choice
     FinishReason reason = FinishReason::None;
@@ -157,9 +158,9 @@ struct Job {
   }
   Usage usage() const {  // call with mu held (or after all finished)
     Usage u;
-    for (const auto& c : choices) {
-      u.prompt_tokens += c.prompt_tokens;
-      u.completion_tokens += int(c.tokens.size());
+    for (size_t i = 0; i < choices.size(); ++i) {
+      if (i % size_t(n) == 0) u.prompt_tokens += choices[i].prompt_tokens;
+      u.completion_tokens += int(choices[i].tokens.size());
     }
     return u;
   }
@@ -314,8 +315,9 @@ struct Server::Impl {
 
     auto job = std::make_shared<Job>();
     job->stream = p->stream;
-    job->choices.resize(p->prompts.size());
-    job->unfinished = int(p->prompts.size());
+    job->choices.resize(p->choices());
+    job->unfinished = int(p->choices());
+    job->n = p->n;
     if (limits.tokenizer)
       for (auto& c : job->choices) {
         c.text_stream = std::make_unique<TextStream>(*limits.tokenizer, p->stop, p->skip_special_tokens);
@@ -323,7 +325,7 @@ struct Server::Impl {
         if (!p->tools.is_null()) c.tools = std::make_unique<ToolCallParser>(p->tools);
       }
     job->call_ids = random_seed();
-    for (size_t i = 0; i < p->prompts.size(); ++i) {
+    for (size_t i = 0; i < p->choices(); ++i) {
       try {
         uint64_t id = engine.submit(p->request(i, random_seed()), [eng = &engine, job, i](const RequestEvent& ev) {
           if (job->on_event(int(i), ev)) eng->cancel(ev.id, "stop string matched");

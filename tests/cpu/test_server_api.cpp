@@ -99,7 +99,9 @@ TEST(CompletionApi, EveryBadInputGetsItsError) {
       {with(R"({"top_p": 0})"), 400, "top_p", "", "(0, 1]"},
       {with(R"({"top_p": 1.5})"), 400, "top_p", "", "(0, 1]"},
       {with(R"({"top_k": -2})"), 400, "top_k", "", "top_k"},
-      {with(R"({"n": 2})"), 400, "n", "", "only n = 1"},
+      {with(R"({"n": 0})"), 400, "n", "", "'n' must be in [1, "},
+      {with(R"({"n": 99})"), 400, "n", "", "'n' must be in [1, "},
+      {R"({"model":"tiny","prompt":[[1],[2],[3]],"n":2})", 400, "n", "", "3 prompts x n = 2 make 6 choices"},
       {with(R"({"best_of": 3})"), 400, "best_of", "", "best_of"},
       {with(R"({"echo": true})"), 400, "echo", "", "not supported"},
       {with(R"({"logprobs": 2})"), 400, "logprobs", "", "not supported"},
@@ -170,6 +172,16 @@ TEST(CompletionApi, GoodInputsBecomeEngineRequests) {
   EXPECT_TRUE(r.ignore_eos);
   EXPECT_TRUE(p->stream);
   EXPECT_TRUE(p->include_usage);
+
+  // n choices per prompt, prompt-major; a given seed steps by one per choice of a prompt
+  p = parse_completion_request(R"({"model":"tiny","prompt":[[1],[2,3]],"n":2,"seed":40})", limits(), e);
+  ASSERT_TRUE(p) << e.message;
+  ASSERT_EQ(p->choices(), 4u);
+  const std::vector<std::vector<int32_t>> want_prompt{{1}, {1}, {2, 3}, {2, 3}};
+  for (size_t c = 0; c < 4; ++c) {
+    EXPECT_EQ(p->request(c, 5).prompt, want_prompt[c]) << c;
+    EXPECT_EQ(p->request(c, 5).sampling.seed, 40u + c % 2) << c;
+  }
 
   // without max_tokens, the default shrinks to what the context leaves (64 - 60 = 4)
   ApiLimits roomy = limits();

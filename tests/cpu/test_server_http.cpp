@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -236,6 +237,62 @@ TEST(ServerHttp, CompletionsWholeStreamedAndBatched) {
   EXPECT_EQ(live.metric("vllm:num_requests_running" + tiny), 0);
   EXPECT_EQ(live.metric("vllm:num_requests_waiting" + tiny), 0);
   EXPECT_EQ(live.metric("vllm:kv_cache_usage_perc" + tiny), 0);
+}
+
+// n choices per prompt: prompt-major indices, choice j of a seeded request equal to a single
+// request with seed + j (sampled at temperature 1), the prompt counted once in the usage; streamed
+// the same.
+TEST(ServerHttp, SeveralChoicesPerPrompt) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Live live;
+  auto cli = live.client();
+  const auto p1 = random_prompt(rng, 1 + int(rng() % 40u)), p2 = random_prompt(rng, 1 + int(rng() % 40u));
+  auto post = [&](const json& b) {
+    auto r = cli.Post("/v1/completions", b.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  const int64_t s0 = int64_t(rng() % 100000u);
+  json b = body(p1, 6);
+  b["prompt"] = {p1, p2};
+  b["temperature"] = 1.0;
+  b["seed"] = s0;
+  b["n"] = 2;
+  const json r = post(b);
+  ASSERT_EQ(r["choices"].size(), 4u);
+  int completion = 0;
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(r["choices"][c]["index"], c);
+    json one = body(c < 2 ? p1 : p2, 6);
+    one["temperature"] = 1.0;
+    one["seed"] = s0 + c % 2;
+    EXPECT_EQ(r["choices"][c]["token_ids"], post(one)["choices"][0]["token_ids"]) << "choice " << c;
+    completion += int(r["choices"][c]["token_ids"].size());
+  }
+  EXPECT_EQ(r["usage"]["prompt_tokens"], p1.size() + p2.size());
+  EXPECT_EQ(r["usage"]["completion_tokens"], completion);
+  b["stream"] = true;
+  std::map<int, std::vector<int32_t>> streamed;
+  auto res = cli.Post("/v1/completions", b.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto events = sse_data(res->body);
+  ASSERT_FALSE(events.empty()) << res->body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    for (const json& ch : chunk["choices"]) {
+      auto t = ch["token_ids"].get<std::vector<int32_t>>();
+      auto& v = streamed[ch["index"].get<int>()];
+      v.insert(v.end(), t.begin(), t.end());
+    }
+  }
+  ASSERT_EQ(streamed.size(), 4u);
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(json(streamed[c]), r["choices"][c]["token_ids"]) << "streamed choice " << c;
+  EXPECT_EQ(live.metric("m3_cache_blocks_used"), 0);
 }
 
 TEST(ServerHttp, BadRequestsGetJsonErrorsAndTheServerKeepsServing) {
