@@ -5,7 +5,8 @@
 #   scripts/fuzz.sh [SECONDS=60] [TARGET=fuzz_safetensors_header]
 #
 # TARGET is fuzz_safetensors_header, fuzz_config, fuzz_completion_request, fuzz_checkpoint,
-# fuzz_tokenizer, fuzz_chat_template, fuzz_chat_request or fuzz_model_output (any fuzz/fuzz_*.cpp).
+# fuzz_tokenizer, fuzz_tokenizer_json, fuzz_chat_template, fuzz_chat_request or fuzz_model_output
+# (any fuzz/fuzz_*.cpp).
 # Seeds come from fuzz/corpus/<TARGET without "fuzz_">, a dictionary from fuzz/<that name>.dict
 # when there is one; inputs the fuzzer finds go to the build folder, never into the repository.
 # Seeds include every input that once crashed a target, so each run replays them first. A crash
