@@ -88,6 +88,7 @@ void check_request(const CompletionParams& p) {
   require(std::isfinite(p.top_p) && p.top_p > 0 && p.top_p <= 1);
   require(p.top_k >= 0 && p.top_k <= l.vocab_size);
   require(p.stream || !p.include_usage);
+  require(p.logprobs >= -1 && p.logprobs <= m3::kMaxLogprobs);
   for (int32_t id : p.stop_token_ids) require(in_vocab(id));
   for (size_t i = 0; i < p.prompts.size(); ++i) {
     const auto& pr = p.prompts[i];
@@ -101,6 +102,7 @@ void check_request(const CompletionParams& p) {
     require(r.prompt == p.prompts[c / size_t(p.n)] && r.max_tokens == p.max_tokens && r.stop_token_ids == p.stop_token_ids);
     require(r.sampling.temperature == p.temperature && r.sampling.top_p == p.top_p && r.sampling.top_k == p.top_k);
     require(r.sampling.seed == (p.seed ? *p.seed + c % size_t(p.n) : 12345u) && r.ignore_eos == p.ignore_eos);
+    require(r.logprobs == p.logprobs);
   }
 }
 

@@ -25,6 +25,10 @@ struct GenerationRequest {
   SamplingParams sampling;              // temperature 0 = greedy
   std::vector<int32_t> stop_token_ids;  // generating one of these ends the request ("stop")
   bool ignore_eos = false;              // when false, the model's eos id is a stop token too
+  // -1: none; k in [0, kMaxLogprobs]: every generated token's log-probability and the k most
+  // likely alternatives (runtime/sampler.h token_logprob; such a request samples on the host from
+  // the step's logits, with the same draws as device sampling)
+  int logprobs = -1;
 };
 
 // Delivered on the engine thread, in order, for one request: zero or more token events, then
@@ -40,6 +44,7 @@ struct RequestEvent {
   int completion_tokens = 0;        // generated so far (including new_tokens)
   int preemptions = 0;              // times this request was preempted and recomputed
   std::string error;                // for FinishReason::Error / Cancelled: why
+  std::vector<TokenLogprob> logprobs;  // one per new token, when the request asked for them
 };
 using EventCallback = std::function<void(const RequestEvent&)>;
 

@@ -75,6 +75,30 @@ std::vector<std::pair<int, double>> sampling_distribution(const float* logits, i
   return d;
 }
 
+TokenLogprob token_logprob(const float* logits, int vocab, int32_t token, int top) {
+  M3_CHECK(token >= 0 && token < vocab, "token_logprob: token {} outside [0, {})", token, vocab);
+  double m = -INFINITY;
+  for (int i = 0; i < vocab; ++i) {
+    M3_CHECK(!std::isnan(logits[i]), "token_logprob: NaN logit at {}", i);
+    m = std::max(m, double(logits[i]));
+  }
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - m);
+  const double lse = m + std::log(sum);
+  TokenLogprob r;
+  r.token = token;
+  r.logprob = float(double(logits[token]) - lse);
+  const int k = std::clamp(top, 0, vocab);
+  if (k > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) ids[size_t(i)] = i;
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (int i = 0; i < k; ++i) r.top.emplace_back(ids[size_t(i)], float(double(logits[ids[size_t(i)]]) - lse));
+  }
+  return r;
+}
+
 int sample_token(const float* logits, int vocab, const SamplingParams& p, SamplerState& st) {
   validate_sampling(p);
   if (p.temperature == 0) return argmax_token(logits, vocab);

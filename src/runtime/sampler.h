@@ -38,6 +38,17 @@ int argmax_token(const float* logits, int vocab);
 // entries dropped. Greedy gives the argmax with probability 1. For tests and logprobs.
 std::vector<std::pair<int, double>> sampling_distribution(const float* logits, int vocab, const SamplingParams& p);
 
+// A token's log-probability under the model (the log-softmax of the raw logits, in double, before
+// temperature and filters, as vLLM reports by default), and the `top` most likely tokens with
+// theirs (best first, the lower id first among equals).
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprob token_logprob(const float* logits, int vocab, int32_t token, int top);
+constexpr int kMaxLogprobs = 20;  // the most alternatives a request may ask for
+
 // The counter-based generator: splitmix64 finalizer, and a uniform double in [0, 1) for (seed, index).
 uint64_t splitmix64(uint64_t x);
 double uniform_draw(uint64_t seed, uint64_t index);

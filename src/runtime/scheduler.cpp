@@ -62,6 +62,8 @@ void Scheduler::validate(const GenerationRequest& r) const {
   for (size_t i = 0; i < r.stop_token_ids.size(); ++i)
     M3_CHECK(r.stop_token_ids[i] >= 0 && r.stop_token_ids[i] < vocab,
              "request: stop_token_ids[{}] = {} is outside the vocabulary [0, {})", i, r.stop_token_ids[i], vocab);
+  M3_CHECK(r.logprobs >= -1 && r.logprobs <= kMaxLogprobs, "request: logprobs must be -1 (none) or in [0, {}], got {}",
+           kMaxLogprobs, r.logprobs);
 }
 
 void Scheduler::add(uint64_t id, GenerationRequest r, EventCallback cb) {
@@ -84,7 +86,7 @@ void Scheduler::remove_from_queues(Seq* s) {
 }
 
 void Scheduler::finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens,
-                       std::string error) {
+                       std::string error, std::vector<TokenLogprob> logprobs) {
   blocks_.release(s->blocks);
   remove_from_queues(s);
   RequestEvent ev;
@@ -97,6 +99,7 @@ void Scheduler::finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<i
   ev.completion_tokens = s->generated();
   ev.preemptions = s->preemptions;
   ev.error = std::move(error);
+  ev.logprobs = std::move(logprobs);
   EventCallback cb = std::move(s->cb);
   seqs_.erase(s->id);  // s is gone from here on
   if (cb) cb(ev);
@@ -138,7 +141,7 @@ StepReport Scheduler::step() {
     st.tokens.assign(s->tokens.begin() + s->num_computed, s->tokens.begin() + s->num_computed + n);
     int nb = blocks_.blocks_for(s->num_computed + n);
     st.block_table.assign(s->blocks.begin(), s->blocks.begin() + nb);
-    if (opt_.device_sampling) {
+    if (opt_.device_sampling && s->req.logprobs < 0) {  // logprobs need the logits: sampled here then
       st.want_logits = false;  // the scheduler reads no logits then (unless the backend samples nothing)
       if (s->num_computed + n == int(s->tokens.size())) st.sample = SamplingRequest{s->req.sampling, s->sampler};
     }
@@ -235,12 +238,14 @@ StepReport Scheduler::step() {
     s->num_computed += int(batch.seqs[k].tokens.size());
     if (s->num_computed < int(s->tokens.size())) continue;  // a prefill chunk: no token yet
     int32_t tok = -1;
+    std::vector<TokenLogprob> lps;
     if (opt_.device_sampling && !out.tokens.empty() && out.tokens[k] >= 0) {
       tok = out.tokens[k];  // sampled by the backend with (seed, draws): advance as sample_token does
       if (s->req.sampling.temperature != 0) s->sampler.draws++;
     } else {
       const float* row = out.row(int(k), out.num_rows[k] - 1);
       tok = sample_token(row, out.vocab, s->req.sampling, s->sampler);
+      if (s->req.logprobs >= 0) lps.push_back(token_logprob(row, out.vocab, tok, s->req.logprobs));
     }
     s->tokens.push_back(tok);
     rep.generated++;
@@ -248,15 +253,16 @@ StepReport Scheduler::step() {
                    std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), tok) !=
                        s->req.stop_token_ids.end();
     if (is_stop) {
-      finish(s, FinishReason::Stop, tok, {tok}, "");
+      finish(s, FinishReason::Stop, tok, {tok}, "", std::move(lps));
       rep.finished++;
     } else if (s->generated() >= s->req.max_tokens || int(s->tokens.size()) >= max_model_len_) {
-      finish(s, FinishReason::Length, -1, {tok}, "");
+      finish(s, FinishReason::Length, -1, {tok}, "", std::move(lps));
       rep.finished++;
     } else {
       RequestEvent ev;
       ev.id = s->id;
       ev.new_tokens = {tok};
+      ev.logprobs = std::move(lps);
       ev.prompt_tokens = s->prompt_len;
       ev.completion_tokens = s->generated();
       ev.preemptions = s->preemptions;

@@ -75,7 +75,8 @@ class Scheduler {
  private:
   struct Seq;
   void preempt(Seq* s);
-  void finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens, std::string error);
+  void finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens, std::string error,
+              std::vector<TokenLogprob> logprobs = {});
   void remove_from_queues(Seq* s);
 
   Backend& backend_;

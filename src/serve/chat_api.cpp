@@ -131,11 +131,14 @@ CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const t
     if (field(j, "max_tokens")) bad("max_completion_tokens", "give 'max_tokens' or 'max_completion_tokens', not both");
     c["max_tokens"] = *v;
   }
-  if (const json* v = field(j, "logprobs"))
-    if (req::as_bool(*v, "logprobs")) bad("logprobs", "'logprobs' are not supported");
-  if (const json* v = field(j, "top_logprobs")) {
-    req::as_int(*v, "top_logprobs");
-    bad("top_logprobs", "'top_logprobs' are not supported");
+  int logprobs = -1;
+  if (const json* v = field(j, "logprobs"); v && !v->is_null() && req::as_bool(*v, "logprobs")) logprobs = 0;
+  if (const json* v = field(j, "top_logprobs"); v && !v->is_null()) {
+    const int64_t k = req::as_int(*v, "top_logprobs");
+    if (logprobs < 0) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (k < 0 || k > kMaxLogprobs)
+      bad("top_logprobs", fmt::format("'top_logprobs' must be in [0, {}], got {}", kMaxLogprobs, k));
+    logprobs = int(k);
   }
   bool parse_tools = true;
   if (const json* v = field(j, "tool_choice")) {
@@ -155,6 +158,7 @@ CompletionParams parse_chat(std::string_view body, const ApiLimits& lim, const t
     if (e.param == "prompt") e.param = "messages";
     throw req::BadRequest{e};
   }
+  p->logprobs = logprobs;
   if (p->text_output) {
     p->thinking = thinking;
     if (const json* tools = field(j, "tools"); tools && !tools->empty() && parse_tools) p->tools = *tools;
@@ -179,6 +183,23 @@ json tool_calls_json(const std::vector<ToolCall>& calls, int first, bool indexed
   }
   return a;
 }
+// The chat API's logprobs object: content = [{token, logprob, bytes, top_logprobs: [...]}].
+json chat_logprobs_json(const std::vector<LogprobText>& lps) {
+  auto entry = [](const std::string& tok, float lp) {
+    json bytes = json::array();
+    for (unsigned char b : tok) bytes.push_back(int(b));
+    return json{{"token", tok}, {"logprob", lp}, {"bytes", bytes}};
+  };
+  json content = json::array();
+  for (const auto& l : lps) {
+    json e = entry(l.token, l.logprob);
+    json top = json::array();
+    for (const auto& [tok, lp] : l.top) top.push_back(entry(tok, lp));
+    e["top_logprobs"] = top;
+    content.push_back(std::move(e));
+  }
+  return json{{"content", content}};
+}
 json finish_json(const ChoiceResult& c) { return c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason); }
 json stop_reason_json(const ChoiceResult& c) {
   return !c.stop_string.empty() ? json(c.stop_string) : c.stop_token >= 0 ? json(c.stop_token) : json(nullptr);
@@ -201,7 +222,7 @@ std::string chat_completion_json(const std::string& id, int64_t created, const s
     if (!c.tool_calls.empty()) msg["tool_calls"] = tool_calls_json(c.tool_calls, 0, false);
     cs.push_back({{"index", c.index},
                   {"message", msg},
-                  {"logprobs", nullptr},
+                  {"logprobs", c.logprobs ? chat_logprobs_json(*c.logprobs) : json(nullptr)},
                   {"finish_reason", finish_json(c)},
                   {"stop_reason", stop_reason_json(c)},
                   {"token_ids", c.tokens}});
@@ -219,7 +240,8 @@ std::string chat_chunk_json(const std::string& id, int64_t created, const std::s
   if (reasoning) delta["reasoning_content"] = *c.reasoning;
   if ((!reasoning && c.tool_calls.empty()) || (c.text && !c.text->empty())) delta["content"] = c.text.value_or("");
   if (!c.tool_calls.empty()) delta["tool_calls"] = tool_calls_json(c.tool_calls, c.tool_call_index, true);
-  json ch = {{"index", c.index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish_json(c)},
+  json ch = {{"index", c.index}, {"delta", delta},
+             {"logprobs", c.logprobs ? chat_logprobs_json(*c.logprobs) : json(nullptr)}, {"finish_reason", finish_json(c)},
              {"token_ids", c.tokens}};
   if (!c.finish_reason.empty()) ch["stop_reason"] = stop_reason_json(c);
   return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},

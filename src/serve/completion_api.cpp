@@ -36,6 +36,7 @@ GenerationRequest CompletionParams::request(size_t c, uint64_t fallback_seed) co
   r.sampling.seed = seed ? *seed + uint64_t(c % size_t(n)) : fallback_seed;
   r.stop_token_ids = stop_token_ids;
   r.ignore_eos = ignore_eos;
+  r.logprobs = logprobs;
   return r;
 }
 
@@ -196,9 +197,10 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
   if (const json* v = field(j, "echo")) {
     if (as_bool(*v, "echo")) bad("echo", "'echo' is not supported");
   }
-  if (const json* v = field(j, "logprobs")) {
-    as_int(*v, "logprobs");
-    bad("logprobs", "'logprobs' are not supported");
+  if (const json* v = field(j, "logprobs"); v && !v->is_null()) {
+    const int64_t k = as_int(*v, "logprobs");
+    if (k < 0 || k > kMaxLogprobs) bad("logprobs", fmt::format("'logprobs' must be in [0, {}], got {}", kMaxLogprobs, k));
+    p.logprobs = int(k);
   }
   if (const json* v = field(j, "suffix")) {
     if (!v->is_string()) bad("suffix", fmt::format("'suffix' must be a string, got {}", type_name(*v)));
@@ -233,11 +235,28 @@ CompletionParams parse(std::string_view body, const ApiLimits& lim) {
   return p;
 }
 
+// The completions API's logprobs object: tokens, token_logprobs, top_logprobs (token -> logprob)
+// and text_offset (each token's byte offset from the start of this piece).
+json completion_logprobs_json(const std::vector<LogprobText>& lps) {
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+  size_t at = 0;
+  for (const auto& l : lps) {
+    tokens.push_back(l.token);
+    values.push_back(l.logprob);
+    json t = json::object();
+    for (const auto& [tok, lp] : l.top) t[tok] = lp;
+    tops.push_back(t);
+    offsets.push_back(at);
+    at += l.token.size();
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json choice_json(const ChoiceResult& c, bool continues) {
   return json{{"index", c.index},
               {"text", c.text ? json(*c.text) : json(ids_text(c.tokens, continues))},
               {"token_ids", c.tokens},
-              {"logprobs", nullptr},
+              {"logprobs", c.logprobs ? completion_logprobs_json(*c.logprobs) : json(nullptr)},
               {"finish_reason", c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason)},
               {"stop_reason", !c.stop_string.empty() ? json(c.stop_string)
                               : c.stop_token >= 0    ? json(c.stop_token)

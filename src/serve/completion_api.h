@@ -62,6 +62,9 @@ struct CompletionParams {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // -1: none; k in [0, 20]: each token's log-probability and its k most likely alternatives
+  // (completions: "logprobs": k; chat: "logprobs": true and "top_logprobs": k)
+  int logprobs = -1;
   // Chat requests: the thinking mode (chat_template_kwargs.thinking_mode, default adaptive) that
   // splits a text choice into reasoning_content and content (serve/reasoning.h); none: no split.
   std::optional<ThinkingMode> thinking;
@@ -88,6 +91,13 @@ ApiError body_too_large_error(size_t max_body_bytes);
 int json_nesting_depth(std::string_view text, int stop_above);
 
 // One choice's result, for whole responses and stream chunks.
+// One generated token's log-probability, as the API shows it: the token as text (its decoded
+// bytes; "token_id:N" without a tokenizer) and its top alternatives.
+struct LogprobText {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
 struct ChoiceResult {
   int index = 0;
   std::vector<int32_t> tokens;  // for chunks: the new tokens only
@@ -102,6 +112,8 @@ struct ChoiceResult {
   // number tool_call_index).
   std::vector<ToolCall> tool_calls;
   int tool_call_index = 0;
+  // when the request asked for logprobs: one per token of `tokens` (for chunks: the new ones)
+  std::optional<std::vector<LogprobText>> logprobs;
 };
 struct Usage {
   int prompt_tokens = 0, completion_tokens = 0;

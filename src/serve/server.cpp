@@ -10,6 +10,8 @@
 #include <deque>
 #include <fmt/format.h>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <random>
 #include <thread>
 
@@ -61,6 +63,7 @@ struct Job {
     std::string reasoning_text;
     std::unique_ptr<ToolCallParser> tools;  // chat text with tools: calls out of the answer
     std::vector<ToolCall> calls;
+    std::optional<std::vector<LogprobText>> logprobs;  // asked for: one per token
     // "tool_calls" when the model ended its turn (stop) after calling tools
     std::string finish_name() const {
       return reason == FinishReason::Stop && !calls.empty() ? "tool_calls" : finish_reason_name(reason);
@@ -68,6 +71,18 @@ struct Job {
   };
   uint64_t call_ids = 0;  // tool-call id stream (seeded by the server)
   int n = 1;              // choices per prompt (a prompt's tokens count once in the usage)
+  const text::Tokenizer* tokenizer = nullptr;  // for logprobs' token texts
+
+  std::string token_text(int32_t id) const {
+    if (!tokenizer) return fmt::format("token_id:{}", id);
+    const int32_t one[1] = {id};
+    return tokenizer->decode(std::span<const int32_t>(one, 1), false);
+  }
+  LogprobText logprob_text(const TokenLogprob& l) const {
+    LogprobText t{token_text(l.token), l.logprob, {}};
+    for (const auto& [id, lp] : l.top) t.top.emplace_back(token_text(id), lp);
+    return t;
+  }
   struct Event {
     ChoiceResult result;  // the new tokens (and text) of one choice
     FinishReason reason = FinishReason::None;
@@ -91,9 +106,15 @@ struct Job {
     out.index = i;
     std::string delta;
     bool stopped = false;
-    for (int32_t t : ev.new_tokens) {
+    if (c.logprobs) out.logprobs.emplace();
+    for (size_t ti = 0; ti < ev.new_tokens.size(); ++ti) {
+      const int32_t t = ev.new_tokens[ti];
       c.tokens.push_back(t);
       out.tokens.push_back(t);
+      if (c.logprobs && ti < ev.logprobs.size()) {
+        c.logprobs->push_back(logprob_text(ev.logprobs[ti]));
+        out.logprobs->push_back(c.logprobs->back());
+      }
       if (c.text_stream) {
         delta += c.text_stream->push(t);
         if (c.text_stream->stopped()) {
@@ -318,6 +339,9 @@ struct Server::Impl {
     job->choices.resize(p->choices());
     job->unfinished = int(p->choices());
     job->n = p->n;
+    job->tokenizer = limits.tokenizer;
+    if (p->logprobs >= 0)
+      for (auto& c : job->choices) c.logprobs.emplace();
     if (limits.tokenizer)
       for (auto& c : job->choices) {
         c.text_stream = std::make_unique<TextStream>(*limits.tokenizer, p->stop, p->skip_special_tokens);
@@ -361,6 +385,7 @@ struct Server::Impl {
       if (c.text_stream) r.text = c.text;
       if (c.reasoning && c.reasoning->reasoned()) r.reasoning = c.reasoning_text;
       r.tool_calls = c.calls;
+      r.logprobs = c.logprobs;
       out.push_back(std::move(r));
     }
     res.set_content(api == Api::Chat ? chat_completion_json(id, created, opt.model_name, out, job->usage())

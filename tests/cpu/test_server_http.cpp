@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 #include <map>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -237,6 +238,84 @@ TEST(ServerHttp, CompletionsWholeStreamedAndBatched) {
   EXPECT_EQ(live.metric("vllm:num_requests_running" + tiny), 0);
   EXPECT_EQ(live.metric("vllm:num_requests_waiting" + tiny), 0);
   EXPECT_EQ(live.metric("vllm:kv_cache_usage_perc" + tiny), 0);
+}
+
+// logprobs ("logprobs": k): each generated token's log-probability equals an independent double
+// log-softmax of the reference model's logits for that position (run here step by step), its top k
+// are the k best ids with theirs, whole and streamed; tokens are "token_id:N" without a tokenizer.
+TEST(ServerHttp, LogprobsAreTheModelsLogSoftmax) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto prompt = random_prompt(rng, 1 + int(rng() % 40u));
+  const int n = 5, k = 3;
+  // the reference, greedy, its logits row at each step
+  std::unique_ptr<Backend> ref(ref::make_ref_backend(tiny_spec(), tiny_weights(), {64, 2}));
+  std::vector<int32_t> table(64);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<std::vector<double>> want_lp;  // [token][vocab]
+  std::vector<int32_t> want_ids;
+  for (int t = 0; t < n; ++t) {
+    StepOutput o = ref->step(StepBatch{{SeqStep{t == 0 ? 0 : int32_t(prompt.size()) + t - 1,
+                                                t == 0 ? prompt : std::vector<int32_t>{want_ids.back()}, table, false}}});
+    const float* row = o.row(0);
+    double m = -INFINITY, sum = 0;
+    for (int i = 0; i < o.vocab; ++i) m = std::max(m, double(row[i]));
+    for (int i = 0; i < o.vocab; ++i) sum += std::exp(double(row[i]) - m);
+    std::vector<double> lp(size_t(o.vocab));
+    int best = 0;
+    for (int i = 0; i < o.vocab; ++i) {
+      lp[size_t(i)] = double(row[i]) - m - std::log(sum);
+      if (row[i] > row[best]) best = i;
+    }
+    want_lp.push_back(lp);
+    want_ids.push_back(best);
+  }
+  auto check = [&](const json& lps, const std::vector<int32_t>& ids) {
+    ASSERT_EQ(lps["token_logprobs"].size(), size_t(n));
+    for (int t = 0; t < n; ++t) {
+      const int32_t id = ids[size_t(t)];
+      EXPECT_NEAR(lps["token_logprobs"][t].get<double>(), want_lp[size_t(t)][size_t(id)], 1e-5) << "token " << t;
+      EXPECT_EQ(lps["tokens"][t], "token_id:" + std::to_string(id));
+      // the top k: the best ids with theirs
+      std::vector<int> order(want_lp[size_t(t)].size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return want_lp[size_t(t)][size_t(a)] > want_lp[size_t(t)][size_t(b)]; });
+      const json& top = lps["top_logprobs"][t];
+      ASSERT_EQ(top.size(), size_t(k));
+      for (int j = 0; j < k; ++j)
+        EXPECT_NEAR(top["token_id:" + std::to_string(order[size_t(j)])].get<double>(),
+                    want_lp[size_t(t)][size_t(order[size_t(j)])], 1e-5);
+    }
+  };
+  Live live;
+  auto cli = live.client();
+  json b = body(prompt, n);
+  b["logprobs"] = k;
+  auto r = cli.Post("/v1/completions", b.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  const auto ids = j["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(ids, want_ids);
+  check(j["choices"][0]["logprobs"], ids);
+  // streamed: the chunks' entries add up to the same
+  b["stream"] = true;
+  auto rs = cli.Post("/v1/completions", b.dump(), "application/json");
+  ASSERT_TRUE(rs);
+  json merged = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
+  const auto events = sse_data(rs->body);
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    for (const json& ch : chunk["choices"])
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs"})
+        for (const json& v : ch["logprobs"][key]) merged[key].push_back(v);
+  }
+  check(merged, ids);
+  // without logprobs: null
+  b = body(prompt, n);
+  EXPECT_TRUE(json::parse(cli.Post("/v1/completions", b.dump(), "application/json")->body)["choices"][0]["logprobs"].is_null());
 }
 
 // n choices per prompt: prompt-major indices, choice j of a seeded request equal to a single

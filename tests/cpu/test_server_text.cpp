@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "common/random.h"
@@ -547,6 +548,24 @@ TEST(ServerText, ChatCompletions) {
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r["usage"]["prompt_tokens"], prompt.size());
   EXPECT_EQ(r["usage"]["completion_tokens"], script.size());
+  EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
+  // chat logprobs: the scripted token (logit 100, the rest 0) has log-probability ~0 and leads its
+  // top 2; each entry's token is its decoded text and bytes
+  json lb = body;
+  lb["logprobs"] = true;
+  lb["top_logprobs"] = 2;
+  const json lr = live.post("/v1/chat/completions", lb);
+  const json& content = lr["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), script.size());
+  for (size_t t = 0; t < script.size(); ++t) {
+    const int32_t one[1] = {script[t]};
+    const std::string text = tok->decode(std::span<const int32_t>(one, 1), false);
+    EXPECT_NEAR(content[t]["logprob"].get<double>(), 0.0, 1e-6);
+    EXPECT_EQ(content[t]["bytes"].size(), text.size());
+    ASSERT_EQ(content[t]["top_logprobs"].size(), 2u);
+    EXPECT_NEAR(content[t]["top_logprobs"][0]["logprob"].get<double>(), 0.0, 1e-6);
+    EXPECT_LT(content[t]["top_logprobs"][1]["logprob"].get<double>(), -99.0);
+  }
 
   json sb = body;
   sb["stream"] = true;
@@ -592,7 +611,9 @@ TEST(ServerText, ChatCompletions) {
       {{{"tools", {{"type", "function"}}}}, "tools", "", "'tools' must be a list"},
       {{{"max_tokens", 3}}, "max_completion_tokens", "", "not both"},
       {{{"temperature", 9}}, "temperature", "", "[0, 2]"},
-      {{{"logprobs", true}}, "logprobs", "", "not supported"},
+      {{{"top_logprobs", 3}}, "top_logprobs", "", "needs 'logprobs': true"},
+      {{{"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs", "", "'top_logprobs' must be in [0, 20]"},
+      {{{"logprobs", "yes"}}, "logprobs", "", "must be a boolean"},
   };
   for (const auto& c : cases) {
     json b = body;
