@@ -166,6 +166,34 @@ class OpenAIClient(unittest.TestCase):
         self.assertEqual(r.usage.prompt_tokens, len(p1) + len(p2))
         self.assertEqual(r.usage.completion_tokens, 10)
 
+    def test_n_and_logprobs(self):
+        p = self.prompt()
+        r = self.c.completions.create(model=MODEL, prompt=p, max_tokens=5, temperature=1.0, seed=11, n=2,
+                                      logprobs=2, extra_body={"ignore_eos": True})
+        self.assertEqual([c.index for c in r.choices], [0, 1])
+        self.assertEqual(r.usage.prompt_tokens, len(p))
+        self.assertEqual(r.usage.completion_tokens, 10)
+        for j, c in enumerate(r.choices):
+            one = self.c.completions.create(model=MODEL, prompt=p, max_tokens=5, temperature=1.0, seed=11 + j,
+                                            extra_body={"ignore_eos": True})
+            self.assertEqual(ids_of(c), ids_of(one.choices[0]))
+            self.assertEqual(len(c.logprobs.token_logprobs), 5)
+            for lp, top in zip(c.logprobs.token_logprobs, c.logprobs.top_logprobs):
+                self.assertLessEqual(lp, 0.0)
+                self.assertTrue(1 <= len(top) <= 2)
+                self.assertGreaterEqual(max(top.values()), lp)
+        msgs = [{"role": "user", "content": "Hi"}]
+        ch = self.c.chat.completions.create(model=MODEL, messages=msgs, max_completion_tokens=4, temperature=0,
+                                            logprobs=True, top_logprobs=2,
+                                            extra_body={"ignore_eos": True,
+                                                        "chat_template_kwargs": {"thinking_mode": "disabled"}})
+        content = ch.choices[0].logprobs.content
+        self.assertEqual(len(content), 4)
+        for e in content:
+            self.assertEqual(len(e.top_logprobs), 2)
+            self.assertAlmostEqual(e.logprob, e.top_logprobs[0].logprob, places=5)  # greedy: the best
+            self.assertEqual(bytes(e.bytes).decode("utf-8", "replace"), e.token)
+
     def test_stop_token_ids(self):
         p = self.prompt()
         free = ids_of(self.greedy(p, 10).choices[0])
@@ -200,7 +228,8 @@ class OpenAIClient(unittest.TestCase):
         self.assert_error(openai.BadRequestError, mk(max_tokens=self.max_len * 2), "max_tokens")
         self.assert_error(openai.BadRequestError, mk(temperature=2.5), "temperature")
         self.assert_error(openai.BadRequestError, mk(top_p=1.5), "top_p")
-        self.assert_error(openai.BadRequestError, mk(n=3), "n = 1")
+        self.assert_error(openai.BadRequestError, mk(n=0), "'n' must be in")
+        self.assert_error(openai.BadRequestError, mk(logprobs=21), "'logprobs' must be in [0, 20]")
         self.assert_error(openai.BadRequestError, mk(stream=True, extra_body={"ignore_eos": "yes"}), "ignore_eos")
         self.assert_error(openai.NotFoundError, mk(model="gpt-5"), "does not exist")
         self.assert_error(openai.AuthenticationError,
