@@ -48,12 +48,7 @@ Result run(const std::string& text, ThinkingMode mode, const std::vector<size_t>
   auto take = [&](ReasoningSplit::Out s, bool last) {
     r.reasoning += s.reasoning;
     r.parsed_from += s.content;
-    ToolCallParser::Out t = parser.push(s.content);
-    if (last) {
-      ToolCallParser::Out f = parser.finish();
-      t.content += f.content;
-      for (auto& c : f.calls) t.calls.push_back(std::move(c));
-    }
+    ToolCallParser::Out t = parser.push(s.content, last);
     r.content += t.content;
     for (auto& c : t.calls) r.calls.push_back(std::move(c));
   };

@@ -127,13 +127,7 @@ int run_chat(const ChatArgs& a) {
       std::string d;
       for (int32_t t : ev.new_tokens) d += text.push(t);
       if (ev.finished) d += text.finish();
-      serve::ReasoningSplit::Out o = split.push(d);
-      if (ev.finished) {
-        serve::ReasoningSplit::Out f = split.finish();
-        o.reasoning += f.reasoning;
-        o.content += f.content;
-      }
-      show(o);
+      show(split.push(d, ev.finished));
       if (ev.finished) {
         if (ev.reason == FinishReason::Error) std::printf("\n(generation failed: %s)", ev.error.c_str());
         std::lock_guard lk(mu);

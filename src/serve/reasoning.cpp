@@ -22,12 +22,10 @@ ReasoningSplit::ReasoningSplit(ThinkingMode mode)
                                               : State::Start),
       reasoned_(mode == ThinkingMode::Enabled) {}
 
-ReasoningSplit::Out ReasoningSplit::push(std::string_view text) {
+ReasoningSplit::Out ReasoningSplit::push(std::string_view text, bool last) {
   held_ += text;
-  return release(false);
+  return release(last);
 }
-
-ReasoningSplit::Out ReasoningSplit::finish() { return release(true); }
 
 ReasoningSplit::Out ReasoningSplit::release(bool final) {
   static const std::vector<std::string> close{std::string(kThinkClose)};

@@ -29,8 +29,9 @@ class ReasoningSplit {
   struct Out {
     std::string reasoning, content;
   };
-  Out push(std::string_view text);
-  Out finish();
+  // last: the text ends with this piece (what is held back comes out too)
+  Out push(std::string_view text, bool last = false);
+  Out finish() { return push({}, true); }
   // Whether any reasoning was seen (opened, or the mode started inside it).
   bool reasoned() const { return reasoned_; }
 

@@ -138,23 +138,13 @@ struct Job {
       unfinished--;
     }
     if (c.reasoning) {
-      ReasoningSplit::Out r = c.reasoning->push(delta);
-      if (c.finished) {
-        ReasoningSplit::Out f = c.reasoning->finish();
-        r.reasoning += f.reasoning;
-        r.content += f.content;
-      }
+      ReasoningSplit::Out r = c.reasoning->push(delta, c.finished);
       c.reasoning_text += r.reasoning;
       out.reasoning = std::move(r.reasoning);
       delta = std::move(r.content);
     }
     if (c.tools) {
-      ToolCallParser::Out t = c.tools->push(delta);
-      if (c.finished) {
-        ToolCallParser::Out f = c.tools->finish();
-        t.content += f.content;
-        for (auto& k : f.calls) t.calls.push_back(std::move(k));
-      }
+      ToolCallParser::Out t = c.tools->push(delta, c.finished);
       out.tool_call_index = int(c.calls.size());
       for (auto& k : t.calls) {
         call_ids = call_ids * 6364136223846793005ull + 1442695040888963407ull;

@@ -175,12 +175,10 @@ ToolCallParser::ToolCallParser(const json& tools) {
   }
 }
 
-ToolCallParser::Out ToolCallParser::push(std::string_view text) {
+ToolCallParser::Out ToolCallParser::push(std::string_view text, bool last) {
   held_ += text;
-  return release(false);
+  return release(last);
 }
-
-ToolCallParser::Out ToolCallParser::finish() { return release(true); }
 
 ToolCallParser::Out ToolCallParser::release(bool final) {
   static const std::vector<std::string> opener{kBlockOpen};

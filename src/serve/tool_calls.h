@@ -39,8 +39,9 @@ class ToolCallParser {
     std::string content;
     std::vector<ToolCall> calls;
   };
-  Out push(std::string_view text);
-  Out finish();
+  // last: the text ends with this piece (what is held back, an open block included, comes out too)
+  Out push(std::string_view text, bool last = false);
+  Out finish() { return push({}, true); }
 
  private:
   Out release(bool final);
