@@ -371,7 +371,8 @@ struct Server::Impl {
         return send_error(res, err(500, "generation failed: " + c.error, "server_error", "engine_error"));
       if (c.reason == FinishReason::Cancelled)
         return send_error(res, err(503, "the request was cancelled: " + c.error, "server_error", "cancelled"));
-      ChoiceResult r{int(i), c.tokens, c.finish_name(), c.stop_token, c.stop_string, std::nullopt};
+      ChoiceResult r{.index = int(i), .tokens = c.tokens, .finish_reason = c.finish_name(), .stop_token = c.stop_token,
+                     .stop_string = c.stop_string};
       if (c.text_stream) r.text = c.text;
       if (c.reasoning && c.reasoning->reasoned()) r.reasoning = c.reasoning_text;
       r.tool_calls = c.calls;

@@ -235,7 +235,8 @@ TEST(CompletionApi, SizeAndNestingAreCheckedBeforeParsing) {
 }
 
 TEST(CompletionApi, ResponseAndChunkJson) {
-  std::vector<ChoiceResult> ch = {{0, {5, 17, 3}, "length", -1}, {1, {8, 2}, "stop", 2}};
+  std::vector<ChoiceResult> ch = {{.index = 0, .tokens = {5, 17, 3}, .finish_reason = "length"},
+                                  {.index = 1, .tokens = {8, 2}, .finish_reason = "stop", .stop_token = 2}};
   json r = json::parse(completion_json("cmpl-1", 123, "tiny", ch, Usage{7, 5}));
   EXPECT_EQ(r["object"], "text_completion");
   EXPECT_EQ(r["model"], "tiny");
@@ -250,8 +251,9 @@ TEST(CompletionApi, ResponseAndChunkJson) {
   EXPECT_EQ(r["choices"][1]["stop_reason"], 2);
   EXPECT_EQ(r["usage"], json({{"prompt_tokens", 7}, {"completion_tokens", 5}, {"total_tokens", 12}}));
 
-  json c0 = json::parse(chunk_json("cmpl-1", 1, "tiny", ChoiceResult{0, {5}, "", -1}, false));
-  json c1 = json::parse(chunk_json("cmpl-1", 1, "tiny", ChoiceResult{0, {17}, "length", -1}, true));
+  json c0 = json::parse(chunk_json("cmpl-1", 1, "tiny", ChoiceResult{.index = 0, .tokens = {5}}, false));
+  json c1 = json::parse(
+      chunk_json("cmpl-1", 1, "tiny", ChoiceResult{.index = 0, .tokens = {17}, .finish_reason = "length"}, true));
   EXPECT_EQ(c0["choices"][0]["text"].get<std::string>() + c1["choices"][0]["text"].get<std::string>(), "5 17");
   EXPECT_TRUE(c0["choices"][0]["finish_reason"].is_null());
   EXPECT_EQ(c1["choices"][0]["finish_reason"], "length");

@@ -235,7 +235,8 @@ TEST(CompletionApiText, TextPromptsAndStopStrings) {
   }
 
   // the choice JSON: decoded text and the stop string as stop_reason
-  ChoiceResult c{0, {5, 6}, "stop", -1, "END", std::string("héllo")};
+  ChoiceResult c{.index = 0, .tokens = {5, 6}, .finish_reason = "stop", .stop_token = -1, .stop_string = "END",
+                 .text = std::string("héllo")};
   json j = json::parse(completion_json("cmpl-1", 1, "tiny", {c}, Usage{1, 2}));
   EXPECT_EQ(j["choices"][0]["text"], "héllo");
   EXPECT_EQ(j["choices"][0]["token_ids"], json({5, 6}));
