@@ -639,15 +639,21 @@ Value Renderer::binary(const std::string& op, const Value& a, const Value& b) {
     else if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) { seq = &b; n = a.is_int() ? a.as_int() : a.as_bool(); }
     if (!seq) throw type_err();
     if (n < 0) n = 0;
+    // an empty sequence repeated is empty however often (no loop of n rounds: fuzz_chat_template,
+    // `[] * 3**20` ran 3.5 billion empty rounds); a count past what the limit allows fails before
+    // its size is multiplied (the product could wrap)
     if (seq->is_string()) {
-      check_size(seq->str().size() * static_cast<size_t>(n));
-      if (!seq->str().empty() && static_cast<uint64_t>(n) > limits_.max_output_bytes) check_size(limits_.max_output_bytes + 1);
+      const std::string& str = seq->str();
+      if (str.empty() || n == 0) return Value(std::string());
+      if (static_cast<uint64_t>(n) > limits_.max_output_bytes / str.size()) check_size(limits_.max_output_bytes + 1);
+      check_size(str.size() * static_cast<size_t>(n));
       std::string s;
-      for (int64_t i = 0; i < n; ++i) s += seq->str();
+      for (int64_t i = 0; i < n; ++i) s += str;
       return Value(std::move(s));
     }
     const auto& items = seq->list_ptr()->items;
-    if (!items.empty() && static_cast<uint64_t>(n) * items.size() > limits_.max_output_bytes) check_size(limits_.max_output_bytes + 1);
+    if (items.empty() || n == 0) return Value::list({}, seq->list_ptr()->tuple);
+    if (static_cast<uint64_t>(n) > limits_.max_output_bytes / items.size()) check_size(limits_.max_output_bytes + 1);
     check_elements(static_cast<uint64_t>(n) * items.size());  // before building it
     std::vector<Value> out;
     for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());

@@ -153,6 +153,21 @@ TEST(ChatTemplateRender, HostileTemplatesHitLimits) {
     EXPECT_EQ(kind_of(src), Kind::Limit) << src;
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << src;
   }
+  // an empty sequence repeated a huge number of times is empty at once (fuzz_chat_template,
+  // 2026-12-03: `0**2*tools*3**20` repeated an empty list 3.5 billion times, a 12 s timeout under
+  // ASan; kept as fuzz/corpus/chat_template/regress-empty-repeat), and a huge count of a non-empty
+  // one is the limit before its size is multiplied
+  for (const char* src : {"{{ ([] * 3**20)|length }}", "{{ ('' * 3**20)|length }}", "{{ (0 * [1] * 3**20)|length }}",
+                          "{{ ([] * 9223372036854775807)|length }}"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(ChatTemplate::compile(src, o).render(ctx), "0") << src;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << src;
+  }
+  for (const char* src : {"{{ [1, 2, 3, 4] * 4611686018427387904 }}", "{{ 'abcd' * 4611686018427387904 }}"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(kind_of(src), Kind::Limit) << src;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << src;
+  }
   // range beyond the sandbox cap
   EXPECT_EQ(kind_of("{{ range(1000000)|length }}"), Kind::Render);
   // parser nesting cap: deep brackets are a load error, not a stack overflow
