@@ -52,7 +52,7 @@ bool cuda_usable() {
 
 ModelWeights load_prepared_dequantized(const std::string& model_dir, const ModelSpec& spec, bool router_bf16) {
   SafetensorsSet files = SafetensorsSet::open(model_dir);
-  WeightTable table = build_weight_table(spec, detect_text_prefix(files));
+  WeightTable table = build_checkpoint_table(spec, files, model_dir);
   WeightBinding bind = bind_weights(table, files);
   auto src = make_weight_source(bind);
   PrepareOptions po;

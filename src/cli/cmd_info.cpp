@@ -5,6 +5,8 @@
 // (headers only), so a missing or unclaimed tensor is reported here.
 #include <fmt/format.h>
 
+#include <map>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -13,6 +15,7 @@
 #include "model/footprint.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
+#include "model/prepare.h"
 #include "model/weight_table.h"
 
 namespace m3::cli {
@@ -90,10 +93,24 @@ int run_info(const InfoArgs& a) {
     if (fs::exists(fs::path(a.model) / "model.safetensors", ec) ||
         fs::exists(fs::path(a.model) / "model.safetensors.index.json", ec)) {
       SafetensorsSet files = SafetensorsSet::open(a.model);
-      WeightBinding b = bind_weights(build_weight_table(s, detect_text_prefix(files)), files);
+      WeightBinding b = bind_weights(build_checkpoint_table(s, files, a.model), files);
       std::printf("%s\n", fmt::format("checkpoint: {} tensors in {} file(s); {} claimed by the weight table, {} "
                                       "ignored (vision/projector/mtp)", files.size(), files.files().size(),
                                       files.size() - b.ignored.size(), b.ignored.size()).c_str());
+      // the formats the files hold, as quantization_config declares them (bytes as stored)
+      std::map<std::string, std::pair<int, double>> by_format;
+      for (const auto& w : b.weights) {
+        auto& [n, bytes] = by_format[std::string(weight_quant_name(w.quant))];
+        ++n;
+        bytes += double(w.tensor->nbytes) + (w.scale ? double(w.scale->nbytes) : 0.0);
+      }
+      std::string formats;
+      for (const auto& [f, nb] : by_format)
+        formats += fmt::format("{}{} {} ({})", formats.empty() ? "" : ", ", nb.first, f, human(nb.second, "B"));
+      std::printf("%s\n", fmt::format("checkpoint formats: quantization_config {}; tensors {}", b.table.quant.describe(),
+                                      formats).c_str());
+      if (const std::string note = arena_requantization_note(b); !note.empty())
+        std::printf("%s\n", fmt::format("note: {}", note).c_str());
     }
   }
 

@@ -1,4 +1,4 @@
-// `m3mono make-tiny --out DIR [--seed N] [--preset NAME]`: writes a synthetic checkpoint in the
+// `m3mono make-tiny --out DIR [--seed N] [--preset NAME] [--format bf16|mxfp8|mxfp4|mxfp4-attn-fp8]`: writes a synthetic checkpoint in the
 // released layout (config.json + model.safetensors) that the loader accepts; see
 // model/synthetic.h for the presets and what the files hold. A tokenizer.json in M3's layout,
 // sized to the preset's vocabulary, goes with it (text/tiny_tokenizer.h), and an M3-style
@@ -28,6 +28,7 @@ struct MakeTinyArgs {
   bool mtp = false;
   bool no_vision = false;
   int shards = 1;
+  std::string format = "bf16";
 };
 
 RunFn setup_make_tiny(CLI::App& app) {
@@ -43,6 +44,14 @@ RunFn setup_make_tiny(CLI::App& app) {
                "name dense MLP tensors block_sparse_moe.*_proj (as transformers writes) instead of mlp.*");
   app.add_flag("--mtp", a->mtp, "add an mtp.* tensor (ignored by the loader)");
   app.add_flag("--no-vision", a->no_vision, "omit the vision / projector / patch-merge tensors");
+  std::string formats;
+  for (const auto& n : synthetic_format_names()) formats += (formats.empty() ? "" : ", ") + n;
+  app.add_option("--format", a->format,
+                 "weight layout of a release: " + formats +
+                     " (bf16: every matrix BF16; mxfp8: every linear but lm_head and the router MXFP8, as the "
+                     "official MXFP8 release; mxfp4: the experts MXFP4 in AMD Quark's layout; mxfp4-attn-fp8: "
+                     "that plus FP8 per-tensor attention); config.json carries the release's quantization_config")
+      ->capture_default_str();
   app.add_option("--shards", a->shards, "write N shard files + model.safetensors.index.json")->capture_default_str();
   return [a]() -> int {
     ModelSpec spec = synthetic_preset(a->preset);
@@ -56,6 +65,7 @@ RunFn setup_make_tiny(CLI::App& app) {
     opt.vision = !a->no_vision;
     opt.mtp = a->mtp;
     opt.shards = a->shards;
+    opt.format = parse_synthetic_format(a->format);
     opt.config_spelling = a->normalized ? ConfigSpelling::Normalized : ConfigSpelling::Released;
     opt.dense_spelling = a->block_sparse_moe ? DenseMlpSpelling::BlockSparseMoe : DenseMlpSpelling::Mlp;
     auto t0 = std::chrono::steady_clock::now();
@@ -86,9 +96,9 @@ RunFn setup_make_tiny(CLI::App& app) {
                                    text::tiny_tokenizer_min_vocab());
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s\n", fmt::format("wrote {} (preset {}, seed {}): {} layers ({} sparse), hidden {}, vocab {}, "
-                                    "{:.1f} MB of tensors in {:.1f} s{}",
-                                    a->out, a->preset, a->seed, spec.num_layers, spec.num_sparse_layers(), spec.hidden,
+    std::printf("%s\n", fmt::format("wrote {} (preset {}, format {}, seed {}): {} layers ({} sparse), hidden {}, "
+                                    "vocab {}, {:.1f} MB of tensors in {:.1f} s{}",
+                                    a->out, a->preset, a->format, a->seed, spec.num_layers, spec.num_sparse_layers(), spec.hidden,
                                     spec.vocab_size, double(bytes) / 1e6, secs, tokenizer_note)
                             .c_str());
     return 0;

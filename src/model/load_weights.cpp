@@ -127,7 +127,7 @@ float* host_destination(ModelWeights& w, const WeightEntry& e) {
 
 ModelWeights load_model_weights(const std::filesystem::path& model_dir, const ModelSpec& spec) {
   SafetensorsSet files = SafetensorsSet::open(model_dir);
-  WeightBinding binding = bind_weights(build_weight_table(spec, detect_text_prefix(files)), files);
+  WeightBinding binding = bind_weights(build_checkpoint_table(spec, files, model_dir), files);
   ModelWeights w = allocate_model_weights(spec);
   std::vector<float*> dst;
   dst.reserve(binding.weights.size());

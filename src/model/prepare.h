@@ -104,11 +104,35 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual void read_rows(const WeightKey& key, int64_t row0, int64_t nrows, int64_t col0, int64_t ncols,
                          float* out) const = 0;
+  // Row `row` of a tensor the source holds in MXFP4, columns [col0, col0 + ncols) exactly as stored:
+  // ceil(ncols / 2) bytes of packed codes (element 2j in the low nibble) and ceil(ncols / 32) E8M0
+  // scales. Only for col0 a multiple of 32 and ncols even; false when the source cannot (then the
+  // caller quantizes the fp32 row, which gives the same bytes for values MXFP4 holds exactly).
+  virtual bool read_mxfp4_row(const WeightKey& key, int64_t row, int64_t col0, int64_t ncols, uint8_t* codes,
+                              uint8_t* scales) const {
+    (void)key, (void)row, (void)col0, (void)ncols, (void)codes, (void)scales;
+    return false;
+  }
+  // Row `row` of a tensor the source holds in FP8 E4M3 with one scale for the whole tensor: the
+  // codes of columns [col0, col0 + ncols) as stored, and the scale. False when the source cannot.
+  virtual bool read_fp8_row(const WeightKey& key, int64_t row, int64_t col0, int64_t ncols, uint8_t* codes,
+                            float* scale) const {
+    (void)key, (void)row, (void)col0, (void)ncols, (void)codes, (void)scale;
+    return false;
+  }
 };
 // Host fp32 weights (kept by reference; must outlive the source).
 std::unique_ptr<WeightSource> make_weight_source(const ModelWeights& w);
-// A bound checkpoint (memory-mapped tensors; BF16, F16, F32 or MXFP8), read in place.
+// A bound checkpoint (memory-mapped tensors in any format bind_weights accepts), read in place; its
+// MXFP4 tensors are also handed out as stored (read_mxfp4_row), so the arena holds the file's bytes.
 std::unique_ptr<WeightSource> make_weight_source(const WeightBinding& b);
+
+// What filling the arena from this checkpoint rounds a second time, or "" when nothing: the
+// arena's formats (row-scaled FP8 projections, MXFP4 experts, BF16 dense layers) cannot hold MXFP8
+// projections or experts exactly (MXFP4 experts and FP8 per-tensor projections go in as stored,
+// the latter with the tensor's scale on each of its rows; BF16 and MXFP8 dense layers exactly). The GPU loader prints it: such a checkpoint then runs on
+// numbers close to, not equal to, its own.
+std::string arena_requantization_note(const WeightBinding& b);
 
 // Where fill_prepared writes: begin_chunk hands out a writable window for [offset, offset + bytes)
 // of the arena (bytes <= max_chunk()), filled by several threads, then end_chunk commits it.

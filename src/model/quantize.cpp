@@ -82,6 +82,26 @@ void dequantize_mxfp4_row(const uint8_t* packed, const uint8_t* scales, int64_t 
   }
 }
 
+void quantize_mxfp8_row(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
+  constexpr int kE4M3MaxExponent = 8;  // 448 = 1.75 * 2^8
+  for (int64_t b = 0; b < mxfp4_row_blocks(n); ++b) {
+    const int64_t c0 = b * kMxBlock, len = std::min<int64_t>(kMxBlock, n - c0);
+    const float amax = finite_amax(x + c0, len);
+    int shared = 0;
+    if (amax > 0) {
+      int e2;
+      std::frexp(amax, &e2);
+      shared = std::clamp((e2 - 1) - kE4M3MaxExponent, -kE8M0Bias, kE8M0Bias);
+    }
+    scales[b] = uint8_t(shared + kE8M0Bias);
+    for (int64_t i = 0; i < len; ++i) codes[c0 + i] = f32_to_e4m3(std::ldexp(x[c0 + i], -shared));
+  }
+}
+
+void dequantize_mxfp8_row(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(codes[i]) * e8m0_to_f32(scales[i / kMxBlock]);
+}
+
 Fp8MatrixHost quantize_fp8(const Mat& w) {
   Fp8MatrixHost q;
   q.rows = w.rows;

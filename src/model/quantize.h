@@ -40,6 +40,13 @@ void quantize_mxfp4_row(const float* x, int64_t n, uint8_t* packed, uint8_t* sca
 // out[i] = e2m1(nibble i) * 2^(scale - 127) (one fp32 multiply), i < n.
 void dequantize_mxfp4_row(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 
+// MXFP8 (the official MiniMax-M3 release's linears): E4M3 codes [n] (not padded) and one E8M0
+// scale per 32 inputs, the block's largest magnitude mapped below 2^9 (E4M3's top binade; values
+// past 448 saturate), as the OCP MX rule picks it: 2^(floor(log2 amax) - 8).
+void quantize_mxfp8_row(const float* x, int64_t n, uint8_t* codes, uint8_t* scales);
+// out[i] = e4m3(codes[i]) * 2^(scale - 127) (one fp32 multiply), i < n.
+void dequantize_mxfp8_row(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
+
 // ---- whole matrices on the host (tests, tools) ----
 struct Fp8MatrixHost {
   int rows = 0, cols = 0;

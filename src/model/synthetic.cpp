@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "core/check.h"
 #include "core/codecs.h"
 #include "model/load_weights.h"
+#include "model/quantize.h"
 #include "model/safetensors.h"
 #include "model/weight_table.h"
 
@@ -215,10 +217,153 @@ std::vector<uint8_t> to_bytes(const float* v, size_t n, DType dt) {
   return out;
 }
 
+bool attention_linear(WeightRole r) {
+  return r == WeightRole::Wq || r == WeightRole::Wk || r == WeightRole::Wv || r == WeightRole::Wo ||
+         r == WeightRole::IndexWq || r == WeightRole::IndexWk;
+}
+bool expert_linear(WeightRole r) {
+  return r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown ||
+         r == WeightRole::SharedGate || r == WeightRole::SharedUp || r == WeightRole::SharedDown;
+}
+
+// The format `f` stores entry e in (the quantization_config written with it declares the same;
+// loading checks that).
+WeightQuant format_quant(const WeightEntry& e, SyntheticFormat f) {
+  if (!e.matrix() || e.role == WeightRole::Embed || e.role == WeightRole::LmHead || e.role == WeightRole::Router)
+    return WeightQuant::Float;
+  switch (f) {
+    case SyntheticFormat::Bf16: return WeightQuant::Float;
+    case SyntheticFormat::Mxfp8: return WeightQuant::Mxfp8;
+    case SyntheticFormat::Mxfp4:
+    case SyntheticFormat::Mxfp4AttnFp8:
+      if (expert_linear(e.role)) return WeightQuant::Mxfp4;
+      if (f == SyntheticFormat::Mxfp4AttnFp8 && attention_linear(e.role)) return WeightQuant::Fp8Tensor;
+      return WeightQuant::Float;
+  }
+  return WeightQuant::Float;
+}
+
+// An entry's values quantized to q: the stored codes and scales, and the values they dequantize to
+// (by the same formulas the loader reads them with: code value x scale, one fp32 multiply).
+struct Quantized {
+  std::vector<uint8_t> codes, scales;  // codes [rows][row bytes as stored]; scales E8M0 or one F32
+  std::vector<float> values;
+};
+Quantized quantize_entry(const WeightEntry& e, WeightQuant q, const float* v) {
+  const int64_t rows = e.shape[0], cols = e.shape[1];
+  const int64_t blocks = mxfp4_row_blocks(cols);
+  Quantized out;
+  out.values.resize(size_t(rows * cols));
+  switch (q) {
+    case WeightQuant::Mxfp8:
+      out.codes.resize(size_t(rows * cols));
+      out.scales.resize(size_t(rows * blocks));
+      for (int64_t r = 0; r < rows; ++r) {
+        quantize_mxfp8_row(v + r * cols, cols, out.codes.data() + r * cols, out.scales.data() + r * blocks);
+        dequantize_mxfp8_row(out.codes.data() + r * cols, out.scales.data() + r * blocks, cols,
+                             out.values.data() + r * cols);
+      }
+      break;
+    case WeightQuant::Mxfp4: {
+      const int64_t ld = (cols + 1) / 2;
+      std::vector<uint8_t> row(size_t(mxfp4_row_bytes(cols)));
+      out.codes.resize(size_t(rows * ld));
+      out.scales.resize(size_t(rows * blocks));
+      for (int64_t r = 0; r < rows; ++r) {
+        quantize_mxfp4_row(v + r * cols, cols, row.data(), out.scales.data() + r * blocks);
+        std::memcpy(out.codes.data() + r * ld, row.data(), size_t(ld));
+        dequantize_mxfp4_row(row.data(), out.scales.data() + r * blocks, cols, out.values.data() + r * cols);
+      }
+      break;
+    }
+    case WeightQuant::Fp8Tensor: {
+      float amax = 0;
+      for (int64_t i = 0; i < rows * cols; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float scale = amax > 0 ? amax / kE4M3Max : 1.0f;
+      out.codes.resize(size_t(rows * cols));
+      out.scales.resize(4);
+      std::memcpy(out.scales.data(), &scale, 4);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        out.codes[size_t(i)] = f32_to_e4m3(v[i] / scale);
+        out.values[size_t(i)] = e4m3_to_f32(out.codes[size_t(i)]) * scale;
+      }
+      break;
+    }
+    case WeightQuant::Float: M3_FAIL("synthetic: {} is not quantized", e.describe());
+  }
+  return out;
+}
+
+// The generator's raw values of e (before any quantization).
+void raw_values(const WeightEntry& e, const SyntheticOptions& opt, float* out) {
+  normals(name_key(opt.seed, e.names[0]), entry_std(e, opt), e.dtype, count(e.shape), out);
+}
+
+// The quantization_config of format f (null for bf16), as the releases spell theirs.
+nlohmann::json quant_config_json(const ModelSpec& spec, const WeightTable& table, SyntheticFormat f,
+                                 DenseMlpSpelling dense) {
+  using json = nlohmann::json;
+  if (f == SyntheticFormat::Bf16) return json();
+  if (f == SyntheticFormat::Mxfp8)
+    return json{{"quant_method", "mxfp8"},
+                {"weight_block_size", {1, 32}},
+                {"modules_to_not_convert", {"lm_head", "*block_sparse_moe.gate"}}};
+  const json mx = {{"dtype", "fp4"},           {"qscheme", "per_group"}, {"group_size", 32}, {"ch_axis", -1},
+                   {"scale_format", "e8m0"},   {"is_dynamic", false},    {"round_method", "half_even"}};
+  json mx_in = mx;
+  mx_in["is_dynamic"] = true;
+  // excluded: lm_head, the router (a glob), every dense MLP linear by its full name (as Quark
+  // lists them), and the attention (a glob) unless it has its own FP8 rule
+  json exclude = json::array({"lm_head", "*block_sparse_moe.gate"});
+  for (const auto& e : table.entries)
+    if (e.role == WeightRole::DenseGate || e.role == WeightRole::DenseUp || e.role == WeightRole::DenseDown) {
+      const std::string& n = dense == DenseMlpSpelling::BlockSparseMoe && e.names.size() > 1 ? e.names[1] : e.names[0];
+      exclude.push_back(n.substr(0, n.size() - std::string_view(".weight").size()));
+    }
+  json layers = json::object();
+  if (f == SyntheticFormat::Mxfp4) {
+    exclude.push_back("*self_attn*");
+  } else {
+    const json fp8 = {{"dtype", "fp8_e4m3"}, {"qscheme", "per_tensor"}, {"is_dynamic", false}};
+    layers["*self_attn*"] = {{"weight", fp8}, {"input_tensors", fp8}};
+  }
+  (void)spec;
+  return json{{"quant_method", "quark"},
+              {"global_quant_config", {{"weight", mx}, {"input_tensors", mx_in}}},
+              {"layer_quant_config", layers},
+              {"exclude", exclude},
+              {"export", {{"pack_method", "reorder"}, {"weight_format", "real_quantized"}}}};
+}
+
+constexpr float kSyntheticInputScale = 0.0234375f;  // a static activation scale (written, never read)
+
 }  // namespace
 
+std::vector<std::string> synthetic_format_names() { return {"bf16", "mxfp8", "mxfp4", "mxfp4-attn-fp8"}; }
+
+std::string_view synthetic_format_name(SyntheticFormat f) {
+  switch (f) {
+    case SyntheticFormat::Bf16: return "bf16";
+    case SyntheticFormat::Mxfp8: return "mxfp8";
+    case SyntheticFormat::Mxfp4: return "mxfp4";
+    case SyntheticFormat::Mxfp4AttnFp8: return "mxfp4-attn-fp8";
+  }
+  return "?";
+}
+
+SyntheticFormat parse_synthetic_format(const std::string& name) {
+  for (SyntheticFormat f : {SyntheticFormat::Bf16, SyntheticFormat::Mxfp8, SyntheticFormat::Mxfp4,
+                            SyntheticFormat::Mxfp4AttnFp8})
+    if (synthetic_format_name(f) == name) return f;
+  M3_FAIL("unknown format '{}' (known: bf16, mxfp8, mxfp4, mxfp4-attn-fp8)", name);
+}
+
 void synthetic_values(const WeightEntry& e, const SyntheticOptions& opt, float* out) {
-  normals(name_key(opt.seed, e.names[0]), entry_std(e, opt), e.dtype, count(e.shape), out);
+  raw_values(e, opt, out);
+  const WeightQuant q = format_quant(e, opt.format);
+  if (q == WeightQuant::Float) return;
+  Quantized z = quantize_entry(e, q, out);
+  std::memcpy(out, z.values.data(), z.values.size() * 4);
 }
 
 ModelWeights synthetic_weights(const ModelSpec& spec, const SyntheticOptions& opt) {
@@ -250,6 +395,36 @@ uint64_t write_synthetic_checkpoint(const std::filesystem::path& dir, const Mode
     const WeightEntry* ep = &e;
     SyntheticOptions o = opt;
     o.progress = nullptr;
+    if (const WeightQuant q = format_quant(e, opt.format); q != WeightQuant::Float) {
+      // the codes and their scales, each filled from one quantization of the raw values
+      const std::string module = name.substr(0, name.size() - std::string_view(".weight").size());
+      auto part = [ep, o, q](bool scales) {
+        return [ep, o, q, scales](uint8_t* dst, size_t nbytes) {
+          std::vector<float> v(count(ep->shape));
+          raw_values(*ep, o, v.data());
+          Quantized z = quantize_entry(*ep, q, v.data());
+          const auto& b = scales ? z.scales : z.codes;
+          M3_CHECK(b.size() == nbytes, "synthetic: size mismatch for {}", ep->names[0]);
+          std::memcpy(dst, b.data(), nbytes);
+        };
+      };
+      const int64_t rows = e.shape[0], cols = e.shape[1], blocks = mxfp4_row_blocks(cols);
+      if (q == WeightQuant::Mxfp4) {
+        all.push_back({name, DType::U8, {rows, (cols + 1) / 2}, part(false), uint64_t(rows * ((cols + 1) / 2))});
+        all.push_back({module + ".weight_scale", DType::U8, {rows, blocks}, part(true), uint64_t(rows * blocks)});
+      } else {
+        all.push_back({name, DType::F8_E4M3, {rows, cols}, part(false), uint64_t(rows * cols)});
+        if (q == WeightQuant::Mxfp8) {
+          all.push_back(
+              {module + ".weight_scale_inv", DType::U8, {rows, blocks}, part(true), uint64_t(rows * blocks)});
+        } else {
+          all.push_back({module + ".weight_scale", DType::F32, {}, part(true), 4});
+          all.push_back({module + ".input_scale", DType::F32, {},
+                         [](uint8_t* dst, size_t) { std::memcpy(dst, &kSyntheticInputScale, 4); }, 4});
+        }
+      }
+      continue;
+    }
     auto fill = [ep, o](uint8_t* dst, size_t nbytes) {
       std::vector<float> v(count(ep->shape));
       synthetic_values(*ep, o, v.data());
@@ -270,7 +445,14 @@ uint64_t write_synthetic_checkpoint(const std::filesystem::path& dir, const Mode
   {
     std::ofstream cfg(dir / "config.json", std::ios::trunc);
     M3_CHECK(cfg.good(), "{}: cannot write", (dir / "config.json").string());
-    cfg << model_spec_to_json(spec, opt.config_spelling, true);
+    const std::string text = model_spec_to_json(spec, opt.config_spelling, true);
+    if (auto q = quant_config_json(spec, table, opt.format, opt.dense_spelling); q.is_null()) {
+      cfg << text;
+    } else {
+      auto j = nlohmann::ordered_json::parse(text);
+      j["quantization_config"] = nlohmann::ordered_json::parse(q.dump());
+      cfg << j.dump(2) << "\n";
+    }
     M3_CHECK(cfg.good(), "{}: write failed", (dir / "config.json").string());
   }
 

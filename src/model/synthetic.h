@@ -28,6 +28,21 @@ bool synthetic_preset_writable(const std::string& name);  // false for "real"
 
 enum class DenseMlpSpelling { Mlp, BlockSparseMoe };  // mlp.{gate,up,down}_proj | block_sparse_moe.{..}_proj
 
+// The weight layouts of the released checkpoints (m3-model.md), each with the quantization_config
+// its release carries:
+//   bf16            every matrix BF16 (router FP32): the BF16 release
+//   mxfp8           every linear but lm_head and the router MXFP8 (F8_E4M3 + weight_scale_inv per 32)
+//   mxfp4           routed and shared experts MXFP4 (Quark: packed E2M1 + weight_scale per 32),
+//                   everything else as in bf16 (AMD's MiniMax-M3-MXFP4)
+//   mxfp4-attn-fp8  mxfp4 plus the attention linears FP8 per tensor (weight_scale and a static
+//                   input_scale) (MiniMax-M3-MXFP4-AttnFP8)
+// The values written are the generator's values quantized; synthetic_values returns them
+// dequantized (what a loader reads back).
+enum class SyntheticFormat { Bf16, Mxfp8, Mxfp4, Mxfp4AttnFp8 };
+std::vector<std::string> synthetic_format_names();
+SyntheticFormat parse_synthetic_format(const std::string& name);  // throws listing the valid names
+std::string_view synthetic_format_name(SyntheticFormat f);
+
 struct SyntheticOptions {
   uint64_t seed = 1;
   float weight_std = 0.06f;  // matrices, router, embeddings (transformers' initializer_range)
@@ -37,6 +52,7 @@ struct SyntheticOptions {
   bool mtp = false;          // add an mtp.* tensor
   DenseMlpSpelling dense_spelling = DenseMlpSpelling::Mlp;
   ConfigSpelling config_spelling = ConfigSpelling::Released;
+  SyntheticFormat format = SyntheticFormat::Bf16;
   int shards = 1;            // > 1: model-0000i-of-0000N.safetensors + model.safetensors.index.json
   std::function<void(uint64_t done, uint64_t total)> progress;  // bytes of model.safetensors
 };

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -120,6 +121,13 @@ WeightTable build_weight_table(const ModelSpec& s, const std::string& prefix) {
   return t;
 }
 
+WeightTable build_checkpoint_table(const ModelSpec& spec, const SafetensorsSet& files,
+                                   const std::filesystem::path& model_dir) {
+  WeightTable t = build_weight_table(spec, detect_text_prefix(files));
+  t.quant = load_quant_config(model_dir);
+  return t;
+}
+
 std::string detect_text_prefix(const SafetensorsSet& files) {
   if (files.find("language_model.model.embed_tokens.weight")) return "language_model.";
   if (files.find("model.embed_tokens.weight")) return "";
@@ -142,15 +150,60 @@ bool is_ignored_tensor(std::string_view name) {
 
 namespace {
 
-std::string scale_name_for(const std::string& weight_name) {
+// "<module>.<suffix>" for a tensor named "<module>.weight" (else "<name>.<suffix>").
+std::string module_of(const std::string& weight_name) {
   constexpr std::string_view kSuffix = ".weight";
   if (weight_name.size() >= kSuffix.size() &&
       weight_name.compare(weight_name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0)
-    return weight_name + "_scale_inv";
-  return weight_name + ".weight_scale_inv";
+    return weight_name.substr(0, weight_name.size() - kSuffix.size());
+  return weight_name;
 }
 
 bool float_dtype(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32; }
+
+// Linear layers: every matrix but the embedding table (an nn.Embedding, never quantized).
+bool linear_role(const WeightEntry& e) { return e.matrix() && e.role != WeightRole::Embed; }
+
+// The companion named "<module>.<one of suffixes>" (none, or an error when two are present).
+const TensorView* find_companion(const SafetensorsSet& files, const TensorView& t, const std::string& module,
+                                 std::initializer_list<const char*> suffixes, std::string* found) {
+  const TensorView* hit = nullptr;
+  for (const char* sfx : suffixes) {
+    const std::string n = module + "." + sfx;
+    if (const TensorView* v = files.find(n)) {
+      M3_CHECK(!hit, "{}: tensor '{}' has two scales, '{}' and '{}'", t.file, t.name, *found, n);
+      hit = v;
+      *found = n;
+    }
+  }
+  return hit;
+}
+
+std::string suffix_list(std::initializer_list<const char*> suffixes, const std::string& module) {
+  std::string out;
+  for (const char* sfx : suffixes) out += fmt::format("{}'{}.{}'", out.empty() ? "" : " or ", module, sfx);
+  return out;
+}
+
+// The E8M0 scale companion [rows, ceil(cols / 32)] of an MX tensor.
+const TensorView* bind_mx_scale(const SafetensorsSet& files, const TensorView& t, const WeightEntry& e,
+                                const std::string& module, std::initializer_list<const char*> suffixes,
+                                std::set<std::string>& claimed) {
+  std::string sn;
+  const TensorView* sc = find_companion(files, t, module, suffixes, &sn);
+  M3_CHECK(sc, "{}: tensor '{}' is {} but its scale {} is missing ({})", t.file, t.name, dtype_name(t.dtype),
+           suffix_list(suffixes, module), e.describe());
+  const std::vector<int64_t> want{e.shape[0], (e.shape[1] + 31) / 32};
+  M3_CHECK(sc->dtype == DType::U8, "{}: scale '{}' has dtype {}, expected U8 (E8M0)", sc->file, sn,
+           dtype_name(sc->dtype));
+  M3_CHECK(sc->shape == want, "{}: scale '{}' has shape {}, expected {} (one E8M0 per 32 inputs of {})", sc->file, sn,
+           sc->shape_str(), shape_str(want), e.describe());
+  claimed.insert(sn);
+  return sc;
+}
+
+// One-element F32 tensor (shape [] or [1]).
+bool scalar_f32(const TensorView& v) { return v.dtype == DType::F32 && v.numel() == 1 && v.shape.size() <= 1; }
 
 }  // namespace
 
@@ -159,6 +212,7 @@ WeightBinding bind_weights(WeightTable table_in, const SafetensorsSet& files) {
   WeightBinding b;
   b.table = std::move(table_in);
   const WeightTable& table = b.table;
+  const QuantConfig& qc = table.quant;
   b.weights.reserve(table.entries.size());
   std::set<std::string> claimed;
   size_t missing = 0;
@@ -184,26 +238,62 @@ WeightBinding bind_weights(WeightTable table_in, const SafetensorsSet& files) {
       continue;
     }
     const TensorView& t = *w.tensor;
-    M3_CHECK(t.shape == e.shape, "{}: tensor '{}' has shape {}, expected {} for {}", t.file, t.name, t.shape_str(),
-             shape_str(e.shape), e.describe());
     claimed.insert(t.name);
-    if (t.dtype == DType::F8_E4M3 && e.matrix()) {
-      // MXFP8: one E8M0 scale per 32 inputs of each row, stored as U8.
-      std::string sn = scale_name_for(t.name);
-      const TensorView* sc = files.find(sn);
-      M3_CHECK(sc, "{}: tensor '{}' is F8_E4M3 but its scale '{}' is missing", t.file, t.name, sn);
-      std::vector<int64_t> want{e.shape[0], (e.shape[1] + 31) / 32};
-      M3_CHECK(sc->dtype == DType::U8, "{}: scale '{}' has dtype {}, expected U8 (E8M0)", sc->file, sn,
-               dtype_name(sc->dtype));
-      M3_CHECK(sc->shape == want, "{}: scale '{}' has shape {}, expected {}", sc->file, sn, sc->shape_str(),
-               shape_str(want));
-      w.scale = sc;
-      claimed.insert(sn);
-    } else {
-      M3_CHECK(float_dtype(t.dtype), "{}: tensor '{}' has dtype {}, expected {} (accepted: BF16, F16, F32{}) for {}",
-               t.file, t.name, dtype_name(t.dtype), dtype_name(e.dtype),
-               e.matrix() ? ", or F8_E4M3 with weight_scale_inv" : "", e.describe());
+    const std::string module = module_of(t.name);
+    std::string why;
+    WeightQuant want = WeightQuant::Float;
+    if (linear_role(e)) {
+      want = qc.expected(module, &why);
+      // no quantization_config: MXFP8 where the files hold F8_E4M3 (the layout read before configs)
+      if (qc.method == QuantMethod::None && t.dtype == DType::F8_E4M3) want = WeightQuant::Mxfp8;
     }
+    auto declared = [&] {
+      return qc.method == QuantMethod::None ? std::string("no quantization_config in config.json")
+                                            : fmt::format("{} declares it {} ({})", qc.origin, weight_quant_name(want),
+                                                          why);
+    };
+    switch (want) {
+      case WeightQuant::Float:
+        M3_CHECK(float_dtype(t.dtype), "{}: tensor '{}' has dtype {}, expected {} (accepted: BF16, F16, F32) for {}; {}",
+                 t.file, t.name, dtype_name(t.dtype), dtype_name(e.dtype), e.describe(),
+                 linear_role(e) ? declared() : std::string("this tensor is never quantized"));
+        M3_CHECK(t.shape == e.shape, "{}: tensor '{}' has shape {}, expected {} for {}", t.file, t.name, t.shape_str(),
+                 shape_str(e.shape), e.describe());
+        break;
+      case WeightQuant::Mxfp8:
+      case WeightQuant::Fp8Tensor:
+        M3_CHECK(t.dtype == DType::F8_E4M3, "{}: tensor '{}' has dtype {}, expected F8_E4M3 for {}: {}", t.file,
+                 t.name, dtype_name(t.dtype), e.describe(), declared());
+        M3_CHECK(t.shape == e.shape, "{}: tensor '{}' has shape {}, expected {} for {}", t.file, t.name, t.shape_str(),
+                 shape_str(e.shape), e.describe());
+        if (want == WeightQuant::Mxfp8) {
+          w.scale = bind_mx_scale(files, t, e, module, {"weight_scale_inv", "weight_scale"}, claimed);
+        } else {
+          std::string sn;
+          w.scale = find_companion(files, t, module, {"weight_scale"}, &sn);
+          M3_CHECK(w.scale, "{}: tensor '{}' is F8_E4M3 per-tensor but its scale '{}.weight_scale' is missing ({})",
+                   t.file, t.name, module, declared());
+          M3_CHECK(scalar_f32(*w.scale), "{}: scale '{}' has dtype {} and shape {}, expected one F32", w.scale->file,
+                   sn, dtype_name(w.scale->dtype), w.scale->shape_str());
+          claimed.insert(sn);
+          if (const TensorView* is = files.find(module + ".input_scale")) {
+            M3_CHECK(scalar_f32(*is), "{}: '{}' has dtype {} and shape {}, expected one F32", is->file, is->name,
+                     dtype_name(is->dtype), is->shape_str());
+            claimed.insert(is->name);
+          }
+        }
+        break;
+      case WeightQuant::Mxfp4: {
+        const std::vector<int64_t> packed{e.shape[0], (e.shape[1] + 1) / 2};
+        M3_CHECK(t.dtype == DType::U8, "{}: tensor '{}' has dtype {}, expected U8 (packed E2M1 pairs) for {}: {}",
+                 t.file, t.name, dtype_name(t.dtype), e.describe(), declared());
+        M3_CHECK(t.shape == packed, "{}: tensor '{}' has shape {}, expected {} (two E2M1 codes per byte) for {}",
+                 t.file, t.name, t.shape_str(), shape_str(packed), e.describe());
+        w.scale = bind_mx_scale(files, t, e, module, {"weight_scale", "scale"}, claimed);
+        break;
+      }
+    }
+    w.quant = want;
     b.weights.push_back(w);
   }
   M3_CHECK(missing == 0, "{}: {} tensor(s) of the text model are missing; the first is {}", src, missing,
@@ -220,44 +310,88 @@ WeightBinding bind_weights(WeightTable table_in, const SafetensorsSet& files) {
     for (size_t i = 0; i < unclaimed.size() && i < 5; ++i) list += (i ? ", '" : "'") + unclaimed[i] + "'";
     if (unclaimed.size() > 5) list += fmt::format(" and {} more", unclaimed.size() - 5);
     M3_FAIL("{}: {} tensor(s) are not claimed by the weight table of this config (not text-model tensors, nor "
-            "vision/projector/patch-merge/mtp): {}", src, unclaimed.size(), list);
+            "vision/projector/patch-merge/mtp, nor the scales of quantized ones; quantization_config: {}): {}",
+            src, unclaimed.size(), qc.describe(), list);
   }
   return b;
 }
 
-void convert_to_f32(const BoundWeight& w, float* dst) {
+namespace {
+
+// The E8M0 scale byte of row r, block c / 32; 255 (NaN) is an error naming the tensor and block.
+float mx_scale(const BoundWeight& w, int64_t r, int64_t c) {
+  const TensorView& s = *w.scale;
+  const int64_t blocks = s.shape[1];
+  const uint8_t b = s.data[r * blocks + c / 32];
+  M3_CHECK(b != 0xff, "{}: scale '{}' is E8M0 255 (NaN) at row {}, block {} (columns {}..{}) of '{}'", s.file, s.name,
+           r, c / 32, c / 32 * 32, c / 32 * 32 + 31, w.tensor->name);
+  return e8m0_to_f32(b);
+}
+
+}  // namespace
+
+void read_rows_f32(const BoundWeight& w, int64_t row0, int64_t nrows, int64_t col0, int64_t ncols, float* out) {
   const TensorView& t = *w.tensor;
-  const size_t n = size_t(t.numel());
+  const WeightEntry& e = *w.entry;
+  const int64_t rows = e.matrix() ? e.shape[0] : 1;
+  const int64_t cols = e.matrix() ? e.shape[1] : (e.shape.empty() ? 1 : e.shape[0]);
+  M3_CHECK(row0 >= 0 && nrows >= 0 && row0 + nrows <= rows && col0 >= 0 && ncols >= 0 && col0 + ncols <= cols,
+           "{}: tensor '{}': rows [{}, {}) cols [{}, {}) outside [{}, {}]", t.file, t.name, row0, row0 + nrows, col0,
+           col0 + ncols, rows, cols);
   const uint8_t* p = t.data;
-  switch (t.dtype) {
-    case DType::F32:
-      std::memcpy(dst, p, n * 4);
-      return;
-    case DType::BF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        dst[i] = bf16_to_f32(h);
+  for (int64_t r = 0; r < nrows; ++r) {
+    const int64_t row = row0 + r;
+    float* o = out + r * ncols;
+    switch (w.quant) {
+      case WeightQuant::Float: {
+        const int64_t base = row * cols + col0;
+        switch (t.dtype) {
+          case DType::F32: std::memcpy(o, p + base * 4, size_t(ncols) * 4); break;
+          case DType::BF16:
+            for (int64_t c = 0; c < ncols; ++c) {
+              uint16_t h;
+              std::memcpy(&h, p + 2 * (base + c), 2);
+              o[c] = bf16_to_f32(h);
+            }
+            break;
+          case DType::F16:
+            for (int64_t c = 0; c < ncols; ++c) {
+              uint16_t h;
+              std::memcpy(&h, p + 2 * (base + c), 2);
+              o[c] = f16_to_f32(h);
+            }
+            break;
+          default: M3_FAIL("{}: tensor '{}': cannot read dtype {}", t.file, t.name, dtype_name(t.dtype));
+        }
+        break;
       }
-      return;
-    case DType::F16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        dst[i] = f16_to_f32(h);
+      case WeightQuant::Mxfp8:
+        for (int64_t c = col0; c < col0 + ncols; ++c) o[c - col0] = e4m3_to_f32(p[row * cols + c]) * mx_scale(w, row, c);
+        break;
+      case WeightQuant::Fp8Tensor: {
+        float s;
+        std::memcpy(&s, w.scale->data, 4);
+        M3_CHECK(std::isfinite(s), "{}: scale '{}' is {}, not finite", w.scale->file, w.scale->name, s);
+        for (int64_t c = col0; c < col0 + ncols; ++c) o[c - col0] = e4m3_to_f32(p[row * cols + c]) * s;
+        break;
       }
-      return;
-    case DType::F8_E4M3: {
-      M3_CHECK(w.scale && t.shape.size() == 2, "{}: tensor '{}': F8_E4M3 without its scale", t.file, t.name);
-      const size_t rows = size_t(t.shape[0]), cols = size_t(t.shape[1]), groups = (cols + 31) / 32;
-      for (size_t r = 0; r < rows; ++r)
-        for (size_t c = 0; c < cols; ++c)
-          dst[r * cols + c] = e4m3_to_f32(p[r * cols + c]) * e8m0_to_f32(w.scale->data[r * groups + c / 32]);
-      return;
+      case WeightQuant::Mxfp4: {
+        const int64_t ld = (cols + 1) / 2;
+        for (int64_t c = col0; c < col0 + ncols; ++c) {
+          const uint8_t byte = p[row * ld + c / 2];
+          o[c - col0] = e2m1_to_f32((c & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xf)) * mx_scale(w, row, c);
+        }
+        break;
+      }
     }
-    default:
-      M3_FAIL("{}: tensor '{}': cannot convert dtype {} to fp32", t.file, t.name, dtype_name(t.dtype));
   }
+}
+
+void convert_to_f32(const BoundWeight& w, float* dst) {
+  const WeightEntry& e = *w.entry;
+  const int64_t rows = e.matrix() ? e.shape[0] : 1;
+  const int64_t cols = e.matrix() ? e.shape[1] : (e.shape.empty() ? 1 : e.shape[0]);
+  read_rows_f32(w, 0, rows, 0, cols, dst);
 }
 
 }  // namespace m3

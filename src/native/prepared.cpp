@@ -164,8 +164,10 @@ std::unique_ptr<PreparedWeights> PreparedWeights::load(const std::filesystem::pa
                                                        const PrepareLoadOptions& lo) {
   const ModelSpec spec = load_model_spec(dir);
   SafetensorsSet files = SafetensorsSet::open(dir);
-  WeightTable table = build_weight_table(spec, detect_text_prefix(files));
+  WeightTable table = build_checkpoint_table(spec, files, dir);
   WeightBinding bind = bind_weights(table, files);
+  if (const std::string note = arena_requantization_note(bind); !note.empty())
+    std::fprintf(stderr, "m3mono: note: %s: %s\n", dir.string().c_str(), note.c_str());
   auto src = make_weight_source(bind);
   return create(spec, *src, opt, lo);
 }
