@@ -50,7 +50,7 @@ grep '^\[  FAILED  \] [A-Za-z]' "$OUT/gpu-tests.log" | sed -E 's/^\[  FAILED  \]
   while read -r name; do row "  failed: $name" "FAIL" "see gpu-tests.log"; done
 for t in GpuCudaBackend.MixedBatchesMatchReference GpuCudaBackend.GraphReplayIsBitwiseEagerAndTablesDoNotMatter \
          GpuCudaBackend.MalformedStepsThrowAndLeaveTheBackendUsable GpuModel.RealHeadsVsReference \
-         GpuModel.TinyM3aVsReference GpuModel.TinyM3aAgainstTransformersGolden \
+         GpuModel.TinyM3aVsReference GpuModel.TinyM3aAgainstTransformersGolden GpuModel.QuantizedReleasesVsReference \
          GpuLayerRange.RunnerIsChosenPerStepAndGivesTheSameBits GpuMono.TinyM3aBitwiseEqualsNative \
          GpuMono.RealHeadsBitwiseEqualsNative GpuMono.WatchdogStopsAFaultAndNativeRerunsTheStep \
          GpuMono.CreationAllocatesOnlyItsTables; do
