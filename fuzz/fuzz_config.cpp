@@ -1,6 +1,6 @@
 // libFuzzer target: config.json parsing on arbitrary text: the model spec (parse_model_spec_json)
-// and the quantization_config (parse_quant_config, whose patterns include `re:` regular
-// expressions). Contract: a valid ModelSpec (validate() passes) or an m3::Error; a QuantConfig or
+// and the quantization_config (parse_quant_config: names and globs as patterns, `re:` refused,
+// layer rules in the file's order). Contract: a valid ModelSpec (validate() passes) or an m3::Error; a QuantConfig or
 // an m3::Error, and a parsed config answers expected() for any module name (patterns matched
 // against a few real module names and one built from the input) without throwing; nothing else
 // may escape.

@@ -221,10 +221,16 @@ class CheckpointSource final : public WeightSource {
     const int64_t ld = (cols + 1) / 2, blocks = w.scale->shape[1], nb = (ncols + kMxBlock - 1) / kMxBlock;
     std::memcpy(codes, w.tensor->data + row * ld + col0 / 2, size_t(ncols / 2));
     const uint8_t* s = w.scale->data + row * blocks + col0 / kMxBlock;
-    for (int64_t b = 0; b < nb; ++b)
+    for (int64_t b = 0; b < nb; ++b) {
       M3_CHECK(s[b] != 0xff, "{}: scale '{}' is E8M0 255 (NaN) at row {}, block {} (columns {}..{}) of '{}'",
                w.scale->file, w.scale->name, row, col0 / kMxBlock + b, col0 + b * kMxBlock,
                col0 + b * kMxBlock + kMxBlock - 1, w.tensor->name);
+      M3_CHECK(s[b] <= kMxfp4ArenaMaxScale,
+               "{}: scale '{}' is E8M0 {} (2^{}) at row {}, block {} of '{}': the GPU expert kernels hold MXFP4 block "
+               "scales up to 2^{} (weights up to {}; kernels/moe_mma.cuh)",
+               w.scale->file, w.scale->name, int(s[b]), int(s[b]) - 127, row, col0 / kMxBlock + b, w.tensor->name,
+               kMxfp4ArenaMaxScale - 127, 6 << (kMxfp4ArenaMaxScale - 127));
+    }
     std::memcpy(scales, s, size_t(nb));
     return true;
   }
@@ -353,6 +359,13 @@ void run_job(const Job& j, const WeightSource& src, ArenaSink& sink, ThreadPool&
               }
               src.read_rows(key, srow, 1, j.col0, T.cols, row.data());
               encode_row(j.enc, row.data(), T.cols, d, T.row_bytes, scaled ? scale_buf.data() + i * srb : nullptr);
+              if (j.enc == Enc::MXFP4)
+                for (int64_t b = 0; b < srb; ++b)
+                  M3_CHECK(scale_buf[size_t(i * srb + b)] <= kMxfp4ArenaMaxScale,
+                           "block {} needs the E8M0 scale 2^{}: the GPU expert kernels hold MXFP4 block scales up "
+                           "to 2^{} (weights up to {}; kernels/moe_mma.cuh)",
+                           b, int(scale_buf[size_t(i * srb + b)]) - 127, kMxfp4ArenaMaxScale - 127,
+                           6 << (kMxfp4ArenaMaxScale - 127));
             } catch (const Error& err) {
               M3_FAIL("prepare {}: row {} (source {} row {}): {}", j.name, g, key_str(key), srow, err.what());
             }
@@ -380,17 +393,36 @@ std::pair<WeightKey, int64_t> gate_up_row(WeightRole gate, WeightRole up, int la
 }  // namespace
 
 std::string arena_requantization_note(const WeightBinding& b) {
-  int64_t mxfp8 = 0;
+  // The arena's format by role (plan_prepared): attention projections row-scaled FP8, experts
+  // MXFP4, dense layers and lm_head BF16, router FP32 (or BF16 by option: the option's rounding is
+  // asked for, not counted here). A quantized weight goes in exactly when the arena's format holds
+  // its values: FP8 per-tensor as FP8 codes + row scales, MXFP4 as stored, MXFP8 and MXFP4 values
+  // (a 3- or 1-bit mantissa times a power of two) in BF16 or FP32, anything in FP32.
+  std::map<std::string, int64_t> twice;
   for (const auto& w : b.weights) {
+    if (w.quant == WeightQuant::Float) continue;  // a float checkpoint's first rounding is the design
     const WeightRole r = w.entry->role;
-    const bool dense = r == WeightRole::DenseGate || r == WeightRole::DenseUp || r == WeightRole::DenseDown;
-    if (w.quant == WeightQuant::Mxfp8 && !dense) ++mxfp8;
+    const bool attn = r == WeightRole::Wq || r == WeightRole::Wk || r == WeightRole::Wv || r == WeightRole::Wo ||
+                      r == WeightRole::IndexWq || r == WeightRole::IndexWk;
+    const bool expert = r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown ||
+                        r == WeightRole::SharedGate || r == WeightRole::SharedUp || r == WeightRole::SharedDown;
+    const bool bf16 = r == WeightRole::DenseGate || r == WeightRole::DenseUp || r == WeightRole::DenseDown ||
+                      r == WeightRole::LmHead;
+    bool exact = true;
+    if (attn) exact = w.quant == WeightQuant::Fp8Tensor;
+    else if (expert) exact = w.quant == WeightQuant::Mxfp4;
+    else if (bf16) exact = w.quant != WeightQuant::Fp8Tensor;
+    if (!exact)
+      ++twice[fmt::format("{} {}", weight_quant_name(w.quant),
+                          attn ? "projections" : expert ? "experts" : "dense / lm_head")];
   }
-  if (mxfp8 == 0) return "";
-  return fmt::format("{} MXFP8 weights (projections, experts) are rounded again into the GPU arena's row-scaled FP8 "
-                     "and MXFP4; the GPU kernels do not read MXFP8 yet, so this checkpoint runs there on numbers "
-                     "close to its own, not equal to them",
-                     mxfp8);
+  if (twice.empty()) return "";
+  std::string what;
+  for (const auto& [k, n] : twice) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", n, k);
+  return fmt::format("quantized weights rounded again into the GPU arena's formats (row-scaled FP8 projections, "
+                     "MXFP4 experts, BF16 dense layers), which the GPU kernels read instead of the checkpoint's: {}; "
+                     "this checkpoint runs there on numbers close to its own, not equal to them",
+                     what);
 }
 
 void fill_prepared(const PreparedLayout& L, const WeightSource& src, ArenaSink& sink, ThreadPool& pool,

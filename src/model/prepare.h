@@ -127,12 +127,17 @@ std::unique_ptr<WeightSource> make_weight_source(const ModelWeights& w);
 // MXFP4 tensors are also handed out as stored (read_mxfp4_row), so the arena holds the file's bytes.
 std::unique_ptr<WeightSource> make_weight_source(const WeightBinding& b);
 
-// What filling the arena from this checkpoint rounds a second time, or "" when nothing: the
-// arena's formats (row-scaled FP8 projections, MXFP4 experts, BF16 dense layers) cannot hold MXFP8
-// projections or experts exactly (MXFP4 experts and FP8 per-tensor projections go in as stored,
-// the latter with the tensor's scale on each of its rows; BF16 and MXFP8 dense layers exactly). The GPU loader prints it: such a checkpoint then runs on
+// What filling the arena from this checkpoint rounds a second time (quantized weights whose values
+// the arena's format for their role cannot hold), or "" when nothing: MXFP4 experts and FP8
+// per-tensor projections go in as stored (the latter with the tensor's scale on each row), MXFP8
+// and MXFP4 values into BF16 dense layers exactly; MXFP8 / MXFP4 projections, MXFP8 / FP8 experts
+// and FP8 per-tensor dense layers are rounded again. The GPU loader prints it: such a checkpoint then runs on
 // numbers close to, not equal to, its own.
 std::string arena_requantization_note(const WeightBinding& b);
+
+// The largest E8M0 byte of an MXFP4 block scale the GPU expert kernels multiply exactly (2^1:
+// kernels/moe_mma.cuh); filling the arena refuses larger ones, naming the tensor and block.
+inline constexpr int kMxfp4ArenaMaxScale = 128;
 
 // Where fill_prepared writes: begin_chunk hands out a writable window for [offset, offset + bytes)
 // of the arena (bytes <= max_chunk()), filled by several threads, then end_chunk commits it.

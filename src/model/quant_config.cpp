@@ -131,6 +131,34 @@ WeightQuant quark_weight(const json& spec, const std::string& field, const std::
           field, dtype.empty() ? show(spec) : dtype);
 }
 
+// The keys of layer_quant_config in the order the file writes them (`sorted`: the same object as
+// parsed into a sorted json; its keys are returned in file order).
+std::vector<std::string> file_order_keys(const std::string& text, const json& sorted) {
+  std::vector<std::string> keys;
+  const nlohmann::ordered_json root = nlohmann::ordered_json::parse(text);
+  const nlohmann::ordered_json* q = nullptr;
+  for (const nlohmann::ordered_json* obj :
+       {&root, root.contains("text_config") ? &root["text_config"] : nullptr}) {
+    if (!obj || !obj->is_object()) continue;
+    auto it = obj->find("quantization_config");
+    if (it != obj->end() && !it->is_null()) {
+      q = &*it;
+      break;
+    }
+  }
+  if (q && q->is_object()) {
+    auto l = q->find("layer_quant_config");
+    if (l != q->end() && l->is_object())
+      for (auto it = l->begin(); it != l->end(); ++it)
+        if (sorted.contains(it.key()) &&
+            std::find(keys.begin(), keys.end(), it.key()) == keys.end())
+          keys.push_back(it.key());
+  }
+  for (auto it = sorted.begin(); it != sorted.end(); ++it)  // (both parses see the same keys)
+    if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) keys.push_back(it.key());
+  return keys;
+}
+
 }  // namespace
 
 bool quant_pattern_matches(std::string_view pattern, std::string_view module) {
@@ -214,12 +242,15 @@ QuantConfig parse_quant_config(const std::string& json_text, const std::string& 
                show(*l));
       M3_CHECK(l->size() <= kMaxPatterns, "{}: quantization_config.layer_quant_config holds {} rules (at most {})",
                origin, l->size(), kMaxPatterns);
-      for (auto it = l->begin(); it != l->end(); ++it) {
-        const std::string field = fmt::format("quantization_config.layer_quant_config['{}']", it.key());
-        check_pattern(it.key(), "quantization_config.layer_quant_config", origin);
-        M3_CHECK(it->is_object(), "{}: {} must be an object, got {}", origin, field, show(*it));
-        auto w = it->find("weight");
-        c.layers.push_back({it.key(), quark_weight(w == it->end() ? json() : *w, field + ".weight", origin)});
+      // the rules in the file's order (the first that matches wins, as vLLM reads Quark configs):
+      // nlohmann::json keeps object keys sorted, so the order comes from an order-keeping parse
+      for (const std::string& key : file_order_keys(json_text, *l)) {
+        const json& rule = l->at(key);
+        const std::string field = fmt::format("quantization_config.layer_quant_config['{}']", key);
+        check_pattern(key, "quantization_config.layer_quant_config", origin);
+        M3_CHECK(rule.is_object(), "{}: {} must be an object, got {}", origin, field, show(rule));
+        auto w = rule.find("weight");
+        c.layers.push_back({key, quark_weight(w == rule.end() ? json() : *w, field + ".weight", origin)});
       }
     }
     c.exclude = pattern_list(*q, "exclude", origin);

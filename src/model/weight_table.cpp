@@ -275,6 +275,10 @@ WeightBinding bind_weights(WeightTable table_in, const SafetensorsSet& files) {
                    t.file, t.name, module, declared());
           M3_CHECK(scalar_f32(*w.scale), "{}: scale '{}' has dtype {} and shape {}, expected one F32", w.scale->file,
                    sn, dtype_name(w.scale->dtype), w.scale->shape_str());
+          float sv;
+          std::memcpy(&sv, w.scale->data, 4);
+          M3_CHECK(std::isfinite(sv) && sv > 0, "{}: scale '{}' is {}, not a finite positive number", w.scale->file,
+                   sn, sv);
           claimed.insert(sn);
           if (const TensorView* is = files.find(module + ".input_scale")) {
             M3_CHECK(scalar_f32(*is), "{}: '{}' has dtype {} and shape {}, expected one F32", is->file, is->name,
@@ -317,6 +321,13 @@ WeightBinding bind_weights(WeightTable table_in, const SafetensorsSet& files) {
 }
 
 namespace {
+
+// One E4M3 code of a quantized tensor; the NaN codes (0x7f, 0xff) are an error naming it.
+float e4m3_checked(const BoundWeight& w, int64_t r, int64_t c, uint8_t code) {
+  M3_CHECK((code & 0x7f) != 0x7f, "{}: tensor '{}' holds the E4M3 NaN code 0x{:02x} at row {}, column {}",
+           w.tensor->file, w.tensor->name, code, r, c);
+  return e4m3_to_f32(code);
+}
 
 // The E8M0 scale byte of row r, block c / 32; 255 (NaN) is an error naming the tensor and block.
 float mx_scale(const BoundWeight& w, int64_t r, int64_t c) {
@@ -366,13 +377,13 @@ void read_rows_f32(const BoundWeight& w, int64_t row0, int64_t nrows, int64_t co
         break;
       }
       case WeightQuant::Mxfp8:
-        for (int64_t c = col0; c < col0 + ncols; ++c) o[c - col0] = e4m3_to_f32(p[row * cols + c]) * mx_scale(w, row, c);
+        for (int64_t c = col0; c < col0 + ncols; ++c)
+          o[c - col0] = e4m3_checked(w, row, c, p[row * cols + c]) * mx_scale(w, row, c);
         break;
       case WeightQuant::Fp8Tensor: {
         float s;
-        std::memcpy(&s, w.scale->data, 4);
-        M3_CHECK(std::isfinite(s), "{}: scale '{}' is {}, not finite", w.scale->file, w.scale->name, s);
-        for (int64_t c = col0; c < col0 + ncols; ++c) o[c - col0] = e4m3_to_f32(p[row * cols + c]) * s;
+        std::memcpy(&s, w.scale->data, 4);  // finite and positive: bind_weights checked it
+        for (int64_t c = col0; c < col0 + ncols; ++c) o[c - col0] = e4m3_checked(w, row, c, p[row * cols + c]) * s;
         break;
       }
       case WeightQuant::Mxfp4: {

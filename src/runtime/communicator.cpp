@@ -21,6 +21,24 @@ std::string Agreement::refusals() const {
 
 namespace {
 
+// The helpers' collectives carry a header first: which helper and what it is about (64 bytes), so
+// that a rank in agree() and another in check_same() (or check_same of another `what`) fail on
+// every rank instead of reading each other's bytes.
+void check_header(Communicator& c, std::string_view kind, std::string_view what) {
+  constexpr size_t kHeader = 64;
+  char mine[kHeader] = {};
+  const std::string h = std::string(kind) + ":" + std::string(what);
+  std::memcpy(mine, h.data(), std::min(h.size(), kHeader - 1));
+  std::vector<char> all(kHeader * size_t(c.size()));
+  c.all_gather(mine, all.data(), kHeader);
+  std::string differ;
+  for (int r = 1; r < c.size(); ++r)
+    if (std::memcmp(all.data() + size_t(r) * kHeader, all.data(), kHeader) != 0)
+      differ += fmt::format("; rank {} is in '{}'", r, std::string(all.data() + size_t(r) * kHeader));
+  M3_CHECK(differ.empty(), "tensor-parallel group (rank {} of {}): ranks disagree on what they agree on: rank 0 is "
+           "in '{}'{}", c.rank(), c.size(), std::string(all.data()), differ);
+}
+
 std::vector<uint8_t> gather_varlen(Communicator& c, const void* data, size_t bytes, std::vector<size_t>& sizes) {
   const int n = c.size();
   uint64_t mine = bytes;
@@ -37,6 +55,7 @@ std::vector<uint8_t> gather_varlen(Communicator& c, const void* data, size_t byt
 }  // namespace
 
 Agreement agree(Communicator& c, const Verdict& mine) {
+  check_header(c, "agree", "");
   std::string enc(1, mine.ok ? '1' : '0');
   enc += mine.reason;
   std::vector<size_t> sizes;
@@ -55,6 +74,7 @@ Agreement agree(Communicator& c, const Verdict& mine) {
 }
 
 void check_same(Communicator& c, const void* data, size_t bytes, std::string_view what) {
+  check_header(c, "check_same", what);
   std::vector<size_t> sizes;
   const std::vector<uint8_t> all = gather_varlen(c, data, bytes, sizes);
   const size_t width = sizes.empty() ? 0 : all.size() / sizes.size();
@@ -168,8 +188,10 @@ class LocalComm final : public Communicator {
     }
   }
   void broadcast(void* data, size_t bytes, int root) override {
-    M3_CHECK(root >= 0 && root < s_->size, "broadcast: root {} is not a rank of this group of {}", root, s_->size);
+    // the root is part of the call: checked on every rank after the exchange, so a bad root fails
+    // every rank at once (not only this one, leaving the others to time out)
     const auto all = s_->exchange(r_, fmt::format("broadcast of {} bytes from rank {}", bytes, root), data, bytes);
+    M3_CHECK(root >= 0 && root < s_->size, "broadcast: root {} is not a rank of this group of {}", root, s_->size);
     if (bytes) std::memcpy(data, all[size_t(root)].data(), bytes);
   }
   void all_gather(const void* in, void* out, size_t bytes) override {
@@ -188,7 +210,8 @@ class LocalComm final : public Communicator {
 
 LocalGroup::LocalGroup(int size, std::chrono::milliseconds timeout) : state_(std::make_shared<State>()) {
   M3_CHECK(size >= 1 && size <= 1024, "tensor-parallel group: size {} (1 to 1024 ranks)", size);
-  M3_CHECK(timeout.count() > 0, "tensor-parallel group: timeout {} ms must be positive", timeout.count());
+  M3_CHECK(timeout.count() > 0 && timeout <= std::chrono::hours(24),
+           "tensor-parallel group: timeout {} ms must be positive and at most a day", timeout.count());
   state_->size = size;
   state_->timeout = timeout;
   state_->desc.resize(size_t(size));

@@ -236,12 +236,37 @@ TEST(Communicator, AHangingRankTimesTheOthersOutNamingIt) {
   EXPECT_TRUE(has(err[3], "did not arrive")) << err[3];  // the late rank learns why the group broke
 }
 
+TEST(Communicator, HelpersOfDifferentKindsDoNotReadEachOthersBytes) {
+  LocalGroup g(2);
+  auto err = run_ranks(g, [&](int r, Communicator& c) {
+    if (r == 0) agree(c, Verdict{true, ""});
+    else check_same(c, "1", 1, "step");
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_TRUE(has(err[size_t(r)], "rank 0 is in 'agree:'") && has(err[size_t(r)], "rank 1 is in 'check_same:step'"))
+        << "rank " << r << ": " << err[size_t(r)];
+  LocalGroup g2(2);
+  err = run_ranks(g2, [&](int r, Communicator& c) {
+    const int v = 5;
+    check_same(c, &v, sizeof v, r == 0 ? "step shape" : "mono decision");
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(has(err[size_t(r)], "mono decision")) << err[size_t(r)];
+  // a bad broadcast root fails every rank at once (not a timeout)
+  LocalGroup g3(3, 5000ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  err = run_ranks(g3, [&](int, Communicator& c) {
+    float x = 0;
+    c.broadcast(&x, 4, 7);
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  for (const auto& e : err) EXPECT_TRUE(has(e, "root 7")) << e;
+}
+
 TEST(Communicator, BadGroupsAreRefused) {
   EXPECT_THROW(LocalGroup(0), Error);
+  EXPECT_THROW(LocalGroup(2, std::chrono::milliseconds::max()), Error);
   LocalGroup g(2);
   auto a = g.rank(0);
   EXPECT_THROW(g.rank(0), Error);
   EXPECT_THROW(g.rank(2), Error);
-  float x = 0;
-  EXPECT_THROW(a->broadcast(&x, 4, 5), Error);
 }
