@@ -103,6 +103,26 @@ void write_json(const fs::path& p, const json& j) {
 
 const char* kPrefix = "language_model.model.layers.";
 
+// A fresh make-tiny checkpoint of `format` in dir (seed drawn fresh, recorded in opt).
+void write_tiny(const fs::path& dir, SyntheticFormat format, SyntheticOptions& opt) {
+  opt.seed = fresh_seed();
+  opt.format = format;
+  write_synthetic_checkpoint(dir, synthetic_preset("tiny"), opt);
+}
+
+// The prepared arena of the checkpoint in dir (fill_prepared through the checkpoint's own source);
+// throws what filling throws.
+std::vector<uint8_t> fill_arena(const ModelSpec& spec, const fs::path& dir, const PreparedLayout& L,
+                                uint8_t poison = 0x5a) {
+  SafetensorsSet files = SafetensorsSet::open(dir);
+  WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, dir), files);
+  std::vector<uint8_t> arena(L.total_bytes, poison);
+  HostArenaSink sink(arena);
+  ThreadPool pool(2);
+  fill_prepared(L, *make_weight_source(bind), sink, pool);
+  return arena;
+}
+
 }  // namespace
 
 class QuantizedFormat : public ::testing::TestWithParam<SyntheticFormat> {};
@@ -246,13 +266,7 @@ TEST(QuantizedCheckpoint, MalformedFilesNameTheTensorAndTheRule) {
     const std::string m = load_error(p);
     EXPECT_TRUE(has(m, w1 + ".weight_scale") && has(m, "255") && has(m, "row 3, block 1")) << m;
     // and the prepared arena refuses it the same way
-    SafetensorsSet files = SafetensorsSet::open(p);
-    WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, p), files);
-    PreparedLayout L = plan_prepared(spec);
-    std::vector<uint8_t> arena(L.total_bytes);
-    HostArenaSink sink(arena);
-    ThreadPool pool(2);
-    const std::string m2 = error_of([&] { fill_prepared(L, *make_weight_source(bind), sink, pool); });
+    const std::string m2 = error_of([&] { fill_arena(spec, p, plan_prepared(spec)); });
     EXPECT_TRUE(has(m2, "255") && has(m2, "row 3, block 1") && has(m2, w1)) << m2;
   }
   {  // a block scale the CPU reference reads exactly but the GPU expert kernels cannot hold (2^2)
@@ -262,13 +276,7 @@ TEST(QuantizedCheckpoint, MalformedFilesNameTheTensorAndTheRule) {
       return true;
     });
     EXPECT_EQ(load_error(p), "");  // the reference: exact
-    SafetensorsSet files = SafetensorsSet::open(p);
-    WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, p), files);
-    PreparedLayout L = plan_prepared(spec);
-    std::vector<uint8_t> arena(L.total_bytes);
-    HostArenaSink sink(arena);
-    ThreadPool pool(2);
-    const std::string m = error_of([&] { fill_prepared(L, *make_weight_source(bind), sink, pool); });
+    const std::string m = error_of([&] { fill_arena(spec, p, plan_prepared(spec)); });
     EXPECT_TRUE(has(m, "E8M0 129 (2^2)") && has(m, "row 2, block 3") && has(m, w1) && has(m, "up to 2^1")) << m;
   }
   {  // an E4M3 NaN code, and a per-tensor scale of 0, in the FP8 attention of the AttnFP8 layout
@@ -317,13 +325,11 @@ TEST(QuantizedCheckpoint, MalformedFilesNameTheTensorAndTheRule) {
 }
 
 TEST(QuantizedCheckpoint, Mxfp4ExpertsEnterTheArenaAsStored) {
-  ModelSpec spec = synthetic_preset("tiny");
+  const ModelSpec spec = synthetic_preset("tiny");
   SyntheticOptions opt;
-  opt.seed = fresh_seed();
-  opt.format = SyntheticFormat::Mxfp4;
-  SCOPED_TRACE("seed " + std::to_string(opt.seed));
   TempDir d;
-  write_synthetic_checkpoint(d.path, spec, opt);
+  write_tiny(d.path, SyntheticFormat::Mxfp4, opt);
+  SCOPED_TRACE("seed " + std::to_string(opt.seed));
   // a block no quantizer writes: all-zero codes under scale 128 (a quantizer picks 127 for zeros;
   // 128 is the largest scale the GPU expert kernels take)
   const int layer = 1, expert = 6;
@@ -333,13 +339,9 @@ TEST(QuantizedCheckpoint, Mxfp4ExpertsEnterTheArenaAsStored) {
     if (n == w3 + ".weight_scale") b[0] = 128;
     return true;
   });
+  const PreparedLayout L = plan_prepared(spec);
+  const std::vector<uint8_t> arena = fill_arena(spec, d.path, L, 0xa5);
   SafetensorsSet files = SafetensorsSet::open(d.path);
-  WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, d.path), files);
-  PreparedLayout L = plan_prepared(spec);
-  std::vector<uint8_t> arena(L.total_bytes, 0xa5);
-  HostArenaSink sink(arena);
-  ThreadPool pool(2);
-  fill_prepared(L, *make_weight_source(bind), sink, pool);
   // every expert row of every MoE layer: the file's bytes, gate/up interleaved
   size_t rows_checked = 0;
   for (int l = 0; l < spec.num_layers; ++l) {
@@ -367,31 +369,27 @@ TEST(QuantizedCheckpoint, Mxfp4ExpertsEnterTheArenaAsStored) {
 }
 
 // Mxfp4-AttnFP8: the FP8 per-tensor projections and the MXFP4 experts both go into the arena as
-// stored (codes, the tensor scale on each row), so the arena dequantizes to exactly what the CPU
-// reference loads from the files; only the arena's own BF16 rounding of BF16 tensors is identity.
+// stored (codes, the tensor scale on each row), and its BF16 tensors go into BF16 tensors, so the
+// arena dequantizes to exactly what the CPU reference loads from the files.
 TEST(QuantizedCheckpoint, AttnFp8AndMxfp4ArenaHoldsTheCheckpointExactly) {
-  ModelSpec spec = synthetic_preset("tiny");
+  const ModelSpec spec = synthetic_preset("tiny");
   SyntheticOptions opt;
-  opt.seed = fresh_seed();
-  opt.format = SyntheticFormat::Mxfp4AttnFp8;
-  SCOPED_TRACE("seed " + std::to_string(opt.seed));
   TempDir d;
-  write_synthetic_checkpoint(d.path, spec, opt);
-  SafetensorsSet files = SafetensorsSet::open(d.path);
-  WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, d.path), files);
-  EXPECT_EQ(arena_requantization_note(bind), "");
-  PreparedLayout L = plan_prepared(spec);
-  std::vector<uint8_t> arena(L.total_bytes, 0x5a);
-  HostArenaSink sink(arena);
-  ThreadPool pool(2);
-  fill_prepared(L, *make_weight_source(bind), sink, pool);
+  write_tiny(d.path, SyntheticFormat::Mxfp4AttnFp8, opt);
+  SCOPED_TRACE("seed " + std::to_string(opt.seed));
+  {
+    SafetensorsSet files = SafetensorsSet::open(d.path);
+    WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, d.path), files);
+    EXPECT_EQ(arena_requantization_note(bind), "");
+  }
+  const PreparedLayout L = plan_prepared(spec);
+  const std::vector<uint8_t> arena = fill_arena(spec, d.path, L);
   ModelWeights back = dequantize_prepared(L, host_arena_reader(arena));
   ModelWeights files_w = load_model_weights(d.path, spec);
   expect_same_weights(spec, back, files_w, "arena vs files");
   // and an MXFP8 checkpoint is not held exactly: the note says so
-  opt.format = SyntheticFormat::Mxfp8;
   TempDir d8;
-  write_synthetic_checkpoint(d8.path, spec, opt);
+  write_tiny(d8.path, SyntheticFormat::Mxfp8, opt);
   SafetensorsSet f8 = SafetensorsSet::open(d8.path);
   WeightBinding b8 = bind_weights(build_checkpoint_table(spec, f8, d8.path), f8);
   const std::string note = arena_requantization_note(b8);
