@@ -5,16 +5,20 @@
 // Contract: every input either loads, or fails with an m3::Error whose message names the file it
 // is about (every loader message leads with a path inside the checkpoint directory). Nothing else
 // may escape (no std::filesystem_error, json exception, out_of_range, bad_alloc), and no sanitizer
-// report. A load that binds must convert: load_model_weights then succeeds and every weight it
-// returns equals convert_to_f32 of the bound tensor, bitwise (micro config).
+// report. A load that binds (with config.json's quantization_config when the input has one) must
+// convert, unless a value no format may hold is refused (E8M0 255, an E4M3 NaN code): then
+// load_model_weights succeeds and every weight it returns equals convert_to_f32 of the bound
+// tensor, bitwise (micro config).
 //
 // Input format (a small container, so that mutations land in the JSON the loader reads rather
 // than in megabytes of tensor data):
 //   byte 0           flags: bits 0-1 = shard count n (0: a single model.safetensors, no index;
 //                    1..3: n shards model-0000i-of-0000n.safetensors plus the index);
 //                    bit 2 = config (0: "micro", a 2-layer model built like tiny; 1: the make-tiny
-//                    "tiny" preset). Other bits are ignored.
+//                    "tiny" preset); bit 3 = a config.json (its text the next section after the
+//                    index, whose quantization_config the binding reads). Other bits are ignored.
 //   section          the index JSON text (written as model.safetensors.index.json when n > 0)
+//   section          (bit 3 only) the config.json text
 //   per file:
 //     section        the safetensors header JSON (the 8-byte length prefix is computed from it:
 //                    fuzz_safetensors_header fuzzes the prefix itself)
@@ -63,9 +67,11 @@ struct Shard {
 struct Input {
   uint8_t flags = 0;
   std::string index;
+  std::string config;  // flags bit 3: config.json
   std::vector<Shard> shards;  // n files (1 when there is no index)
   int num_shards() const { return flags & 3; }
   bool tiny() const { return (flags & 4) != 0; }
+  bool has_config() const { return (flags & 8) != 0; }
 };
 
 struct Reader {
@@ -93,6 +99,7 @@ Input decode(const uint8_t* data, size_t size) {
     --r.n;
   }
   in.index = r.section();
+  if (in.has_config()) in.config = r.section();
   in.shards.resize(size_t(std::max(1, in.num_shards())));
   for (auto& s : in.shards) {
     s.header = r.section();
@@ -109,6 +116,10 @@ std::string encode(const Input& in) {
   std::string out(1, char(in.flags));
   put_u32(out, in.index.size());
   out += in.index;
+  if (in.has_config()) {
+    put_u32(out, in.config.size());
+    out += in.config;
+  }
   for (const auto& s : in.shards) {
     put_u32(out, s.header.size());
     out += s.header;
@@ -201,6 +212,7 @@ fs::path materialize(const Input& in) {
   for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove(e.path(), ec);
   const int n = in.num_shards();
   if (n > 0) write_file(dir / "model.safetensors.index.json", in.index, nullptr);
+  if (in.has_config()) write_file(dir / "config.json", in.config, nullptr);
   for (int i = 0; i < int(in.shards.size()); ++i) {
     const Shard& s = in.shards[size_t(i)];
     std::string head(8, '\0');
@@ -241,20 +253,44 @@ void run(const Input& in) {
         if (v.nbytes) sink = sink ^ v.data[0] ^ v.data[v.nbytes - 1];
         if (&files.get(v.name) != &v) __builtin_trap();  // the set maps each name to its one file
       }
-    m3::WeightBinding b = m3::bind_weights(m3::build_weight_table(spec, m3::detect_text_prefix(files)), files);
+    // the binding of the loader (with config.json's quantization_config, when there is one)
+    m3::WeightBinding b = m3::bind_weights(m3::build_checkpoint_table(spec, files, dir), files);
     if (b.weights.size() != b.table.entries.size()) __builtin_trap();
     for (const auto& w : b.weights) {
-      if (!w.tensor || w.tensor->shape != w.entry->shape) __builtin_trap();
-      if ((w.tensor->dtype == m3::DType::F8_E4M3) != (w.scale != nullptr)) __builtin_trap();
-      if (w.scale && w.scale->nbytes != size_t(w.entry->shape[0] * ((w.entry->shape[1] + 31) / 32))) __builtin_trap();
+      if (!w.tensor) __builtin_trap();
+      const auto& e = w.entry->shape;
+      const bool mx = w.quant == m3::WeightQuant::Mxfp8 || w.quant == m3::WeightQuant::Mxfp4;
+      switch (w.quant) {  // each format's shapes and dtypes, as bind_weights promises them
+        case m3::WeightQuant::Float:
+          if (w.tensor->shape != e || w.scale) __builtin_trap();
+          break;
+        case m3::WeightQuant::Mxfp8:
+        case m3::WeightQuant::Fp8Tensor:
+          if (w.tensor->dtype != m3::DType::F8_E4M3 || w.tensor->shape != e || !w.scale) __builtin_trap();
+          break;
+        case m3::WeightQuant::Mxfp4:
+          if (w.tensor->dtype != m3::DType::U8 || e.size() != 2 || w.tensor->shape[0] != e[0] ||
+              w.tensor->shape[1] != (e[1] + 1) / 2 || !w.scale)
+            __builtin_trap();
+          break;
+      }
+      if (mx && w.scale->nbytes != size_t(e[0] * ((e[1] + 31) / 32))) __builtin_trap();
+      if (w.quant == m3::WeightQuant::Fp8Tensor && w.scale->nbytes != 4) __builtin_trap();
     }
-    // bound: the loader must convert every tensor, into the right slot
+    // bound: the loader must convert every tensor, into the right slot; the only refusals left
+    // after binding are values no format may hold (E8M0 255, the E4M3 NaN codes), named with
+    // the file
     m3::ModelWeights mw;
     try {
       mw = m3::load_model_weights(dir, spec);
     } catch (const m3::Error& e) {
-      std::fprintf(stderr, "bound but did not load: %s\n", e.what());
-      __builtin_trap();
+      const std::string_view m = e.what();
+      if (m.find("NaN") == std::string_view::npos) {
+        std::fprintf(stderr, "bound but did not load: %s\n", e.what());
+        __builtin_trap();
+      }
+      check_error(e, dir);
+      return;
     }
     // every slot against its own conversion (the micro model; tiny's 4.5 M elements only load)
     std::vector<float> want;
@@ -375,6 +411,29 @@ void write_seeds(const fs::path& out) {
       std::ofstream(tmp / "model.safetensors.index.json") << idx << "}}";
     }
     emit(s.name, convert_dir(tmp, s.shards, s.tiny));
+  }
+  // the released quantized layouts (make-tiny --format), with config.json and its quantization_config
+  for (const m3::SyntheticFormat f :
+       {m3::SyntheticFormat::Mxfp8, m3::SyntheticFormat::Mxfp4, m3::SyntheticFormat::Mxfp4AttnFp8}) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    m3::SyntheticOptions o;
+    o.seed = 1;
+    o.vision = false;
+    o.format = f;
+    m3::write_synthetic_checkpoint(tmp, micro_spec(), o);
+    std::string bytes = convert_dir(tmp, 0, false);
+    // flags bit 3 and the config section after the (empty) index section
+    Input in = decode(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    in.flags = uint8_t(in.flags | 8);
+    in.config = read_all(tmp / "config.json");
+    // the data as the pattern 00 00 00 3f (the container keeps a repeated pattern, not the bytes):
+    // F32 scalars 0.5 (a per-tensor scale must be positive), E4M3 codes and E8M0 scales 0x00 /
+    // 0x3f (no NaN), BF16 0 / 0.5; the micro model's data fits the pattern's span
+    M3_CHECK(in.shards.size() == 1 && in.shards[0].data_len <= kPatternSpan, "seed {}: data of {} bytes past the "
+             "pattern's span", m3::synthetic_format_name(f), in.shards[0].data_len);
+    in.shards[0].pattern = std::string("\0\0\0\x3f", 4);
+    emit(fmt::format("micro-{}-config", m3::synthetic_format_name(f)), encode(in));
   }
   for (int n : {0, 2}) {
     std::error_code ec;
