@@ -91,6 +91,9 @@ RunFn setup_bench(CLI::App& app) {
   app.add_flag("--kv-bf16", o.kv_bf16, "K/V cache in BF16 instead of FP8");
   app.add_flag("--index-bf16", o.ik_bf16, "index-K cache in BF16 instead of FP8");
   app.add_flag("--router-bf16", o.router_bf16, "router weight in BF16 instead of FP32");
+  app.add_flag("--fp8-rows", o.fp8_rows,
+               "FP8 projection codes row-major instead of the arena's 16-row tiles (docs/formats.md; the same "
+               "bits, for a side-by-side timing)");
   app.add_flag("--kernels", o.kernels, "cuda: per-kernel benches (FP8 GEMV, MXFP4 experts) vs plain reads and cuBLASLt");
   app.add_option("--kernel-ms", o.kernel_ms, "--kernels: token counts, comma list")->delimiter(',')->capture_default_str();
   app.add_option("--kernel-tps", o.kernel_tps, "--kernels: tensor-parallel shards, comma list")

@@ -43,6 +43,9 @@
 //     parallel; the chain sums meet in shared memory and are added in chain order.
 //   deep (prefill): one warp = one tile, all P chains one after another; the running total (over
 //     chains) is kept in shared memory, the per-chain sum in registers.
+// FP8 weights are row-major or (p.tiled, the prepared arena) in the 16-row tiles of
+// core/weight_tiles.h: the same codes at other addresses, so the same operands, sums and bits; a
+// lane addresses block b of its row as row start + b * block stride + its 16-byte run.
 // Decode streams weights with ld.global.nc.L1::no_allocate (16 bytes per lane and row, U blocks
 // in flight per warp); activations go through L1 (__ldg), 16 bytes per lane, step and tile. The
 // mono kernel may instead stage a decode item's 16 weight rows in shared memory before the item's
@@ -51,6 +54,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/weight_tiles.h"
 #include "kernels/bulk_copy.cuh"
 #include "kernels/mma_common.cuh"
 #include "kernels/mma_params.h"
@@ -111,11 +115,12 @@ __device__ __forceinline__ uint4 ld_shared_16(const uint8_t* p) {
   return v;
 }
 
-// Weight runs of rows n (h = 0) and n + 8 (h = 1) at element kc of a block; zero past K / N. The
-// rows are in global memory, or (SMEM) in a staged tile: the same bytes either way.
+// Weight runs of rows n (h = 0) and n + 8 (h = 1) at element kc of a block, which starts boff bytes
+// past each row's start (row[h]); zero past K / N. The rows are in global memory, or (SMEM) in a
+// staged tile: the same bytes either way.
 template <WeightFmt W, bool SMEM = false>
-__device__ __forceinline__ void load_wrun(WRun<W>& r, const uint8_t* const (&row)[2], const bool (&ok)[2], int kc,
-                                          int K) {
+__device__ __forceinline__ void load_wrun(WRun<W>& r, const uint8_t* const (&row)[2], const bool (&ok)[2],
+                                          int boff, int kc, int K) {
   constexpr int es = W == WeightFmt::FP8 ? 1 : 2;
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -124,7 +129,7 @@ __device__ __forceinline__ void load_wrun(WRun<W>& r, const uint8_t* const (&row
       // the row is readable up to round_up(K, 16 / es) elements: run i of 16 / es elements is
       // readable when it starts before K
       const bool in = ok[h] && kc + i * (16 / es) < K;
-      const uint8_t* at = row[h] + int64_t(kc + i * (16 / es)) * es;
+      const uint8_t* at = row[h] + boff + 16 * i;
       if constexpr (SMEM) r.v[h][i] = in ? ld_shared_16(at) : make_uint4(0, 0, 0, 0);
       else r.v[h][i] = in ? wstream::ld_stream(at) : make_uint4(0, 0, 0, 0);
     }
@@ -234,6 +239,29 @@ __device__ __forceinline__ void act_step(const uint8_t* xrow, bool ok, int k, in
   }
 }
 
+// The lane's weight rows n0 + rt*16 + g + 8h of the weight (tile_rows' contract: rows at or past N
+// point at row 0 and are masked) and the bytes between two blocks of a row: 64 elements row-major,
+// kTileBlockStride tiled (core/weight_tiles.h).
+template <WeightFmt W, int RT>
+__device__ __forceinline__ int weight_rows(const MmaLinearParams& p, int n0, int g, const uint8_t* (&row)[RT][2],
+                                               bool (&ok)[RT][2]) {
+  if constexpr (W == WeightFmt::FP8) {
+    if (p.tiled) {
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int n = n0 + rt * 16 + g + 8 * h;
+          ok[rt][h] = n < p.N;
+          row[rt][h] = p.w + tiled_offset(ok[rt][h] ? n : 0, 0, p.ld_w);
+        }
+      return kTileBlockStride;
+    }
+  }
+  tile_rows<RT>(p.w, p.ld_w, n0, g, p.N, row, ok);
+  return kMmaKBlock * (W == WeightFmt::FP8 ? 1 : 2);
+}
+
 template <WeightFmt W>
 constexpr int blocks_in_flight(int rt) {
   return W == WeightFmt::FP8 ? (rt >= 4 ? 1 : rt == 2 ? 2 : 3) : (rt >= 2 ? 1 : 2);
@@ -287,25 +315,29 @@ __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t
 
 // One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 and tokens t0 .. t0 + 8*NT - 1;
 // chain[rt][nt][i] = +0 + block sum + block sum + ... (the order of the file header).
-// staged (RT 1 only): the tile's rows are in shared memory (mma_stage_tile), row r at
-// staged + r * mma_staged_stride(ld_w); the same bytes, blocks and sums as from global memory.
+// staged (RT 1 only): the tile's rows are in shared memory (mma_stage_tile): row-major, row r at
+// staged + r * mma_staged_stride(ld_w); tiled, the tile as stored; the same bytes, blocks and sums
+// as from global memory.
 template <WeightFmt W, ActFmt X, int RT, int NT, bool SMEM = false>
 __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int t0, int blo, int bhi, int lane,
                                           float (&chain)[RT][NT][4], const uint8_t* staged = nullptr) {
   static_assert(!SMEM || RT == 1, "staged tiles hold one row tile");
   constexpr int U = SMEM ? 4 : blocks_in_flight<W>(RT);
   const int g = lane >> 2, t = lane & 3;
+  constexpr int es = W == WeightFmt::FP8 ? 1 : 2;
   const uint8_t* row[RT][2];
   bool rok[RT][2];
+  int bstride;  // bytes between blocks of a row (within a row or a tile: < 2^31)
   if constexpr (SMEM) {
-    const int64_t stride = mma_staged_stride(p.ld_w);
+    const int64_t stride = p.tiled ? kTileBlockBytes : mma_staged_stride(p.ld_w);
+    bstride = p.tiled ? kTileBlockStride : kMmaKBlock;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       rok[0][h] = n0 + g + 8 * h < p.N;
       row[0][h] = staged + (g + 8 * h) * stride;
     }
   } else {
-    tile_rows<RT>(p.w, p.ld_w, n0, g, p.N, row, rok);
+    bstride = weight_rows<W, RT>(p, n0, g, row, rok);
   }
   const uint8_t* xrow[NT];
   bool tok[NT];
@@ -326,7 +358,7 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt) {
         const bool ok[2] = {live && rok[rt][0], live && rok[rt][1]};
-        load_wrun<W, SMEM>(wr[u][rt], row[rt], ok, kc, p.K);
+        load_wrun<W, SMEM>(wr[u][rt], row[rt], ok, (b + u) * bstride + 16 * t * es, kc, p.K);
       }
     }
 #pragma unroll
@@ -347,6 +379,28 @@ __device__ __forceinline__ float scaled(const MmaLinearParams& p, float tot, int
   return tot;
 }
 
+// scaled() with the row scale of the first output the thread stores in wide_epilogue (without
+// SwiGLU: output g.tid, row n0 + g.tid % (16 RT)) loaded before the walk, so that its latency is
+// hidden behind the walk instead of following it; the other rows load theirs in the epilogue.
+// The same product, so the same bits.
+template <WeightFmt W, int RT, int NT>
+struct EarlyScale {
+  int n = -1;
+  float s = 0.f;
+  __device__ __forceinline__ EarlyScale(const MmaLinearParams& p, int n0, const Group& g) {
+    if constexpr (W == WeightFmt::FP8) {
+      if (!p.swiglu && g.tid < RT * 16 * 8 * NT && n0 + g.tid % (16 * RT) < p.N) {
+        n = n0 + g.tid % (16 * RT);
+        s = __ldg(p.w_scale + n);
+      }
+    }
+  }
+  __device__ __forceinline__ float operator()(const MmaLinearParams& p, float tot, int row) const {
+    if constexpr (W == WeightFmt::FP8) return __fmul_rn(tot, row == n ? s : __ldg(p.w_scale + row));
+    return tot;
+  }
+};
+
 }  // namespace mma
 
 // ---- wide mode: one item = one tile, warp j of the group = chain j ----
@@ -359,6 +413,7 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
   const int lane = g.lane(), warp = g.warp(), P = p.chains;
   const int n0 = tile_n * 16 * RT, t0 = tile_t * 8 * NT;
   const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
+  const mma::EarlyScale<W, RT, NT> scale(p, n0, g);
   if (warp < P) {
     float chain[RT][NT][4];
     mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P), mma::chain_begin(warp + 1, blocks, P),
@@ -367,17 +422,23 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
   }
   g.sync();
   mma::wide_epilogue<RT, NT>(
-      smem, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g,
-      [&](int n, float tot) { return mma::scaled<W>(p, tot, n); },
+      smem, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g, [&](int n, float tot) { return scale(p, tot, n); },
       [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
   g.sync();  // smem is reused by the group's next item
 }
 
 // ---- staged decode tiles (the mono kernel): the wide decode item (1 x 1 tile) with its weight rows
 // copied to shared memory ahead of the item (mma_staged_* in mma_params.h) ----
-// One thread: arms `bar` and copies row tile tile_n's rows (those before N, ld_w bytes each) into
-// `tile` (16-byte aligned). Rows at or past N are not copied and never read.
+// One thread: arms `bar` and copies row tile tile_n's rows into `tile` (16-byte aligned): tiled, the
+// whole stored tile (16 ld_w bytes, padding rows included) in one copy; row-major, the rows before N
+// (ld_w bytes each, at the staged stride). Rows at or past N are never read.
 __device__ __forceinline__ void mma_stage_tile(const MmaLinearParams& p, int tile_n, uint8_t* tile, uint64_t* bar) {
+  if (p.tiled) {
+    const uint32_t bytes = uint32_t(kTileRows * p.ld_w);
+    mbar_expect_tx(bar, bytes);
+    bulk_g2s(tile, p.w + int64_t(tile_n) * bytes, bytes, bar);
+    return;
+  }
   const int n0 = tile_n * 16, rows = min(16, p.N - n0);
   const int64_t stride = mma_staged_stride(p.ld_w);
   mbar_expect_tx(bar, uint32_t(rows * p.ld_w));
@@ -395,6 +456,7 @@ __device__ __forceinline__ void mma_linear_staged_item(const MmaLinearParams& p,
   const int lane = g.lane(), warp = g.warp(), P = p.chains;
   const int n0 = tile_n * 16, t0 = tile_t * 8;
   const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
+  const mma::EarlyScale<W, 1, 1> scale(p, n0, g);
   if (warp < P) {
     float chain[1][1][4];
     mma::chain_sum<W, X, 1, 1, true>(p, n0, t0, mma::chain_begin(warp, blocks, P),
@@ -403,8 +465,7 @@ __device__ __forceinline__ void mma_linear_staged_item(const MmaLinearParams& p,
   }
   g.sync();
   mma::wide_epilogue<1, 1>(
-      part, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g,
-      [&](int n, float tot) { return mma::scaled<W>(p, tot, n); },
+      part, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g, [&](int n, float tot) { return scale(p, tot, n); },
       [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
   g.sync();  // smem (and the tile) are reused by the group's next item
 }

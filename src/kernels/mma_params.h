@@ -33,6 +33,9 @@ struct MmaLinearParams {
   // walks (the register walk); 1, each chain's weights are copied whole into shared memory by the
   // copy engine first (kernels/mma_stream.cuh). The same sums either way.
   int stream = 0;
+  // FP8 weights only: 1, w in the tiled layout of core/weight_tiles.h (16-row tiles, block-major;
+  // ld_w % 64 == 0), else row-major. The same codes, so the same sums and bits.
+  int tiled = 0;
 };
 
 // P: enough warps in flight to stream the weights at decode (about 14 per SM over the ceil(N/16)

@@ -15,7 +15,8 @@
 // bytes a lane would have loaded (zero for rows past N and for 16-byte runs starting past K) and the
 // same activations, so the bits are the same. Two blocks' MMAs interleave (each accumulates into its
 // own fragment from +0, as alone) and are added to the chain one after the other.
-// Shared memory (mma_params.h): partials, P mbarriers (initialized at the item's start, invalidated
+// Tiled weights (core/weight_tiles.h): the chain's blocks of the tile are one range, one copy, kept
+// in shared memory as stored. Shared memory (mma_params.h): partials, P mbarriers (initialized at the item's start, invalidated
 // at its end: the group's shared memory is reused by other work), the P chain regions.
 #pragma once
 #include <cstdint>
@@ -39,24 +40,30 @@ __device__ __forceinline__ void mma_stream_item(const MmaLinearParams& p, int64_
   float* part = reinterpret_cast<float*>(smem);
   const int lane = g.lane(), warp = g.warp();
   const int gq = lane >> 2, t = lane & 3;
+  const EarlyScale<WeightFmt::FP8, 1, 1> scale(p, n0, g);
 
   if (warp < P) {
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + mma_stream_bar_offset(P)) + warp;
     uint8_t* region = smem + mma_stream_tile_offset(P) + warp * 16 * stride;
     const int blo = chain_begin(warp, blocks, P), bhi = chain_begin(warp + 1, blocks, P);
     const int rows = min(16, p.N - n0);
-    // the chain's bytes of each row: its blocks, cut at the end of the stored row
+    // the chain's bytes of each row: its blocks, cut at the end of the stored row; tiled, the
+    // chain's blocks of the tile are one contiguous range (block b of the tile at b * 1024)
     const int64_t first = int64_t(blo) * kMmaKBlock;
     const uint32_t bytes = uint32_t(min(int64_t(bhi) * kMmaKBlock, p.ld_w) - first);
+    const int copies = p.tiled ? 1 : rows;
+    const uint32_t copy_bytes = p.tiled ? kTileRows * bytes : bytes;
     if (lane == 0) {
       mbar_init(bar, 1);
       mbar_init_fence();
-      mbar_expect_tx(bar, uint32_t(rows) * bytes);
+      mbar_expect_tx(bar, uint32_t(copies) * copy_bytes);
     }
     __syncwarp();
-    if (lane < rows) {
+    if (lane < copies) {
       proxy_fence_shared();  // earlier generic accesses of this memory before the copy's writes
-      bulk_g2s(region + lane * stride, p.w + int64_t(n0 + lane) * p.ld_w + first, bytes, bar);
+      const uint8_t* src = p.tiled ? p.w + int64_t(n0) * p.ld_w + int64_t(blo) * kTileBlockStride
+                                   : p.w + int64_t(n0 + lane) * p.ld_w + first;
+      bulk_g2s(region + lane * stride, src, copy_bytes, bar);
     }
 
     const int tk = t0 + gq;
@@ -72,14 +79,17 @@ __device__ __forceinline__ void mma_stream_item(const MmaLinearParams& p, int64_
       if ((b + 1) * kMmaKBlock <= K) act_split<X, true>(r, kc, K, hi, lo);
       else act_split<X, false>(r, kc, K, hi, lo);
     };
-    // rows g and g + 8 of the region, addressed by the element offset k of the row
+    // rows g and g + 8 of the region, block b at b * bstride (tiled: the region holds the tile's
+    // blocks blo .. bhi - 1 as stored, row r of a block at r * 64)
     const bool ok0 = gq < rows, ok1 = gq + 8 < rows;
-    const uint8_t* r0 = region + gq * stride - first;
-    const uint8_t* r1 = region + (gq + 8) * stride - first;
+    const int rstride = p.tiled ? kTileBlockBytes : stride;
+    const int bstride = p.tiled ? kTileBlockStride : kMmaKBlock;
+    const uint8_t* r0 = region + gq * rstride - int64_t(blo) * bstride + 16 * t;
+    const uint8_t* r1 = region + (gq + 8) * rstride - int64_t(blo) * bstride + 16 * t;
     auto wrun = [&](int b, WRun<WeightFmt::FP8>& wr) {
       const int kc = b * kMmaKBlock + 16 * t;
-      wr.v[0][0] = ok0 && kc < K ? ld_shared_16(r0 + kc) : make_uint4(0, 0, 0, 0);
-      wr.v[1][0] = ok1 && kc < K ? ld_shared_16(r1 + kc) : make_uint4(0, 0, 0, 0);
+      wr.v[0][0] = ok0 && kc < K ? ld_shared_16(r0 + b * bstride) : make_uint4(0, 0, 0, 0);
+      wr.v[1][0] = ok1 && kc < K ? ld_shared_16(r1 + b * bstride) : make_uint4(0, 0, 0, 0);
     };
 
     float chain[1][1][4];
@@ -108,8 +118,7 @@ __device__ __forceinline__ void mma_stream_item(const MmaLinearParams& p, int64_
   g.sync();
   if (warp < P && lane == 0) mbar_inval(reinterpret_cast<uint64_t*>(smem + mma_stream_bar_offset(P)) + warp);
   wide_epilogue<1, 1>(
-      part, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g,
-      [&](int n, float tot) { return scaled<WeightFmt::FP8>(p, tot, n); },
+      part, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g, [&](int n, float tot) { return scale(p, tot, n); },
       [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
   g.sync();  // shared memory is reused by the group's next item (the barriers are invalid by now)
 }

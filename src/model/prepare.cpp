@@ -56,12 +56,26 @@ struct Planner {
     fam[size_t(f)] += t.bytes;
     return t;
   }
+  PTensor add_tiled(PreparedFamily f, int64_t rows, int64_t cols) {  // FP8 codes, core/weight_tiles.h
+    PTensor t;
+    t.offset = round_up(cur, kArenaAlign);
+    t.dtype = DType::F8_E4M3;
+    t.rows = rows;
+    t.cols = cols;
+    t.row_bytes = int64_t(round_up(uint64_t(cols), kTileBlockBytes));
+    t.tiled = true;
+    t.bytes = t.slot_bytes();
+    cur = t.offset + t.bytes;
+    fam[size_t(f)] += t.bytes;
+    return t;
+  }
   PTensor bf16(PreparedFamily f, int64_t rows, int64_t cols) {
     return add(f, DType::BF16, rows, cols, bf16_row_bytes(cols));
   }
+  bool fp8_tiled = true;
   PFp8 fp8(PreparedFamily f, int64_t rows, int64_t cols) {
     PFp8 m;
-    m.codes = add(f, DType::F8_E4M3, rows, cols, fp8_row_bytes(cols));
+    m.codes = fp8_tiled ? add_tiled(f, rows, cols) : add(f, DType::F8_E4M3, rows, cols, fp8_row_bytes(cols));
     m.scales = add(f, DType::F32, rows, 1, 4);  // scale rows are not padded
     return m;
   }
@@ -98,6 +112,7 @@ PreparedLayout plan_prepared(const ModelSpec& spec, const PrepareOptions& opt) {
 
   using F = PreparedFamily;
   Planner P;
+  P.fp8_tiled = opt.fp8_tiled;
   const int64_t H = spec.hidden;
   L.embed = P.bf16(F::Embed, spec.vocab_size, H);
   L.lm_head = P.bf16(F::LmHead, L.vocab_rows, H);
@@ -326,13 +341,19 @@ void run_job(const Job& j, const WeightSource& src, ArenaSink& sink, ThreadPool&
   if (rows_total == 0) return;
   const bool scaled = j.enc == Enc::FP8 || j.enc == Enc::MXFP4;
   const int64_t srb = scaled ? j.scales.row_bytes : 0;
-  M3_CHECK(size_t(T.row_bytes) <= sink.max_chunk(), "prepare: {}: row of {} bytes exceeds the staging window {}",
-           j.name, T.row_bytes, sink.max_chunk());
-  const int64_t per_chunk = std::max<int64_t>(1, int64_t(sink.max_chunk()) / T.row_bytes);
-  std::vector<uint8_t> scale_buf;
+  // a tiled tensor goes in whole tiles: a chunk of 16k rows is the same byte range in either layout
+  const int64_t unit = T.tiled ? kTileRows : 1;
+  M3_CHECK(T.slots == 1 || !T.tiled, "prepare: {}: a tiled tensor has one slot", j.name);
+  M3_CHECK(size_t(unit * T.row_bytes) <= sink.max_chunk(), "prepare: {}: {} rows of {} bytes exceed the staging window {}",
+           j.name, unit, T.row_bytes, sink.max_chunk());
+  const int64_t per_chunk = std::max<int64_t>(1, int64_t(sink.max_chunk()) / T.row_bytes / unit) * unit;
+  std::vector<uint8_t> scale_buf, row_major;
   for (int64_t g0 = 0; g0 < rows_total; g0 += per_chunk) {
     const int64_t g1 = std::min(rows_total, g0 + per_chunk);
-    uint8_t* dst = sink.begin_chunk(T.offset + uint64_t(g0) * uint64_t(T.row_bytes), size_t((g1 - g0) * T.row_bytes));
+    const int64_t stored = T.tiled ? tiled_rows(g1 - g0) : g1 - g0;  // the last tile's padding rows too
+    uint8_t* chunk = sink.begin_chunk(T.offset + uint64_t(g0) * uint64_t(T.row_bytes), size_t(stored * T.row_bytes));
+    if (T.tiled) row_major.assign(size_t((g1 - g0) * T.row_bytes), 0);
+    uint8_t* dst = T.tiled ? row_major.data() : chunk;  // rows are encoded row-major, then tiled
     scale_buf.assign(size_t((g1 - g0) * srb), 0);
     pool.parallel_for(
         g1 - g0,
@@ -372,8 +393,9 @@ void run_job(const Job& j, const WeightSource& src, ArenaSink& sink, ThreadPool&
           }
         },
         std::max<int64_t>(1, 4096 / std::max<int64_t>(1, T.cols / 256)));
+    if (T.tiled) tile_rows_to(row_major.data(), g1 - g0, T.row_bytes, chunk);
     sink.end_chunk();
-    done += uint64_t(g1 - g0) * uint64_t(T.row_bytes);
+    done += uint64_t(stored) * uint64_t(T.row_bytes);
     if (scaled) {
       uint8_t* sd = sink.begin_chunk(j.scales.offset + uint64_t(g0) * uint64_t(srb), scale_buf.size());
       std::memcpy(sd, scale_buf.data(), scale_buf.size());
@@ -537,6 +559,11 @@ Mat dq_f32(const ArenaReader& rd, const PTensor& t) {
 
 Mat dq_fp8(const ArenaReader& rd, const PFp8& q) {
   auto codes = fetch(rd, q.codes);
+  if (q.codes.tiled) {
+    std::vector<uint8_t> rows(codes.size());
+    untile_rows_to(codes.data(), q.codes.rows, q.codes.row_bytes, rows.data());
+    codes.swap(rows);
+  }
   auto sb = fetch(rd, q.scales);
   Mat m(int(q.codes.rows), int(q.codes.cols));
   for (int64_t r = 0; r < q.codes.rows; ++r) {

@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "core/parallel.h"
+#include "core/weight_tiles.h"
 #include "model/spec.h"
 #include "model/weight_table.h"
 #include "model/weights.h"
@@ -34,6 +35,7 @@ inline constexpr uint64_t kArenaAlign = 256;  // every tensor starts on a 256-by
 struct PrepareOptions {
   int tp_rank = 0, tp_size = 1;  // this rank's shard (tensor parallelism)
   bool router_bf16 = false;      // store the router weight BF16 (logits, sigmoid, bias stay fp32)
+  bool fp8_tiled = true;         // FP8 projection codes in 16-row tiles (core/weight_tiles.h), else row-major
 };
 
 enum class PreparedFamily : uint8_t {
@@ -42,7 +44,9 @@ enum class PreparedFamily : uint8_t {
 std::string_view prepared_family_name(PreparedFamily f);
 
 // One stored tensor: `rows` rows of `row_bytes` bytes each (rows padded to 16-byte multiples),
-// times `slots` for stacked experts. dtype: F8_E4M3 / E2M1x2 / E8M0 / BF16 / F32.
+// times `slots` for stacked experts. dtype: F8_E4M3 / E2M1x2 / E8M0 / BF16 / F32. Tiled (the FP8
+// projection codes, one slot): row_bytes a multiple of 64, tiled_rows(rows) rows stored in the
+// layout of core/weight_tiles.h (16-row tiles, block-major; the padding rows zero).
 struct PTensor {
   uint64_t offset = 0;     // from the arena start
   uint64_t bytes = 0;      // slots * rows * row_bytes
@@ -50,11 +54,12 @@ struct PTensor {
   int64_t rows = 0, cols = 0;  // logical elements of one slot
   int64_t row_bytes = 0;
   int slots = 1;
-  uint64_t slot_bytes() const { return uint64_t(rows) * uint64_t(row_bytes); }
+  bool tiled = false;
+  uint64_t slot_bytes() const { return uint64_t(tiled ? tiled_rows(rows) : rows) * uint64_t(row_bytes); }
   bool empty() const { return bytes == 0; }
 };
 
-struct PFp8 {      // FP8 E4M3 codes [rows, row_bytes] + fp32 scales [rows]
+struct PFp8 {      // FP8 E4M3 codes [rows, row_bytes] (tiled or row-major) + fp32 scales [rows]
   PTensor codes, scales;
 };
 struct PMxfp4 {    // E2M1x2 codes [slots][rows][row_bytes] + E8M0 scales [slots][rows][cols/32]

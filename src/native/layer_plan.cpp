@@ -30,9 +30,7 @@ OpCall dense_linear(const DenseWeight& w, const void* x, int64_t ld_x, int rows,
 
 OpCall fp8_linear(const Fp8Weight& w, const void* x, int64_t ld_x, int rows, float* y, int64_t ld_y,
                   const char* stage, int layer) {
-  return OpCall{OpKind::MmaLinear, stage, stage, layer,
-                make_mma_linear_params(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols,
-                                       ActIn{x, DType::F32, ld_x}, rows, y, ld_y, false, 0, 0)};
+  return OpCall{OpKind::MmaLinear, stage, stage, layer, make_fp8_linear_params(w, ActIn{x, DType::F32, ld_x}, rows, y, ld_y)};
 }
 
 // Attention blocks per (token, KV group) at T rows and context ctx: 1 when the workspace cannot

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/weight_tiles.h"
 #include "kernels/gemv.cuh"
 #include "kernels/mma_linear.cuh"
 #include "kernels/mma_stream.cuh"
@@ -206,12 +207,26 @@ void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w,
   launch(make_mma_linear_params(w, wdtype, w_scale, ld_w, N, K, x, M, y, ld_y, swiglu, alpha, limit, tiling), stream);
 }
 
+kernels::MmaLinearParams make_fp8_linear_params(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y,
+                                                MmaTiling tiling) {
+  kernels::MmaLinearParams p =
+      make_mma_linear_params(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, tiling);
+  if (w.tiled) {
+    M3_CHECK(w.ld % kTileBlockBytes == 0, "mma_linear: tiled FP8 weight [{} x {}] needs ld % {} == 0 (ld {})", w.rows,
+             w.cols, kTileBlockBytes, w.ld);
+    p.tiled = 1;
+  }
+  return p;
+}
+
 void linear_fp8(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,
                 LinearPath path) {
-  if (path == LinearPath::Gemv)
+  if (path == LinearPath::Gemv) {
+    M3_CHECK(!w.tiled, "gemv: FP8 weight [{} x {}] is tiled; the GEMV reads row-major weights only", w.rows, w.cols);
     gemv(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
-  else
-    mma_linear(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
+  } else {
+    launch(make_fp8_linear_params(w, x, M, y, ld_y), stream);
+  }
 }
 
 void linear_dense(const DenseWeight& w, const ActIn& x, int M, float* y, int64_t ld_y, cudaStream_t stream,

@@ -20,11 +20,15 @@
 
 namespace m3::native {
 
-struct Fp8Weight {  // codes [rows][ld bytes] (ld % 16 == 0, zero past cols) + fp32 scales [rows]
+// codes [rows][ld bytes] (ld % 16 == 0, zero past cols) + fp32 scales [rows]; tiled: the codes in
+// the prepared arena's 16-row tiles (core/weight_tiles.h: ld % 64 == 0, tiled_rows(rows) rows
+// stored), the same sums and bits as row-major.
+struct Fp8Weight {
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;
   int rows = 0, cols = 0;
   int64_t ld = 0;
+  bool tiled = false;
 };
 struct DenseWeight {  // BF16 or F32 [rows][ld bytes] (ld % 16 == 0, zero past cols)
   const void* data = nullptr;
@@ -41,7 +45,7 @@ struct ActIn {  // activations [M][ld elements], BF16 or F32, rows 16-byte align
 // Tokens per pass of the CUDA-core GEMV (more tokens run in further passes over the same rows).
 inline constexpr int kGemvMaxM = 16;
 // Auto and Gemm: the tensor-core kernel (FP8 / BF16 weights; F32 weights take the GEMV).
-// Gemv: the CUDA-core GEMV for any M (the router; the bench's comparison).
+// Gemv: the CUDA-core GEMV for any M (the router; the bench's comparison; row-major weights only).
 enum class LinearPath { Auto, Gemv, Gemm };
 
 // make + launch (the plan builds the params itself: make_mma_linear_params / make_gemv_params).
@@ -90,6 +94,9 @@ kernels::GemvParams make_gemv_params(const void* w, DType wdtype, const float* w
 kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N,
                                                 int K, const ActIn& x, int M, float* y, int64_t ld_y, bool swiglu,
                                                 float alpha, float limit, MmaTiling tiling = {});
+// The FP8 projection (either layout of Fp8Weight) on the tensor-core kernel.
+kernels::MmaLinearParams make_fp8_linear_params(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y,
+                                                MmaTiling tiling = {});
 void launch(const kernels::GemvParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 void launch(const kernels::MmaLinearParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 

@@ -106,7 +106,7 @@ static Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
 
 Fp8Weight arena_fp8_view(const uint8_t* base, const PFp8& m) {
   return Fp8Weight{base + m.codes.offset, reinterpret_cast<const float*>(base + m.scales.offset), int(m.codes.rows),
-                   int(m.codes.cols), m.codes.row_bytes};
+                   int(m.codes.cols), m.codes.row_bytes, m.codes.tiled};
 }
 
 MoeWeights arena_moe_view(const uint8_t* base, const PreparedLayout& L, int l) {

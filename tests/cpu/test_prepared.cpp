@@ -162,7 +162,11 @@ TEST(Prepared, LayoutAlignedAndDisjoint) {
       for (const PTensor* t : ts) {
         EXPECT_EQ(t->offset % kArenaAlign, 0u);
         EXPECT_GE(t->offset, end);
-        EXPECT_EQ(t->bytes, uint64_t(t->slots) * uint64_t(t->rows) * uint64_t(t->row_bytes));
+        EXPECT_EQ(t->bytes, uint64_t(t->slots) * uint64_t(t->tiled ? tiled_rows(t->rows) : t->rows) *
+                                uint64_t(t->row_bytes));
+        // FP8 projection codes: whole 16-row tiles of 64-byte blocks (core/weight_tiles.h)
+        EXPECT_EQ(t->tiled, t->dtype == DType::F8_E4M3);
+        if (t->tiled) EXPECT_EQ(t->row_bytes % kTileBlockBytes, 0);
         // code rows are read with 16-byte loads; scale rows (fp32 per row, E8M0 per block) are not padded
         if (t->dtype != DType::E8M0 && (t->dtype != DType::F32 || t->cols > 1)) {
           EXPECT_EQ(t->row_bytes % 16, 0);

@@ -28,7 +28,9 @@
 
 #include "core/codecs.h"
 #include "core/parallel.h"
+#include "core/weight_tiles.h"
 #include "native/linear.h"
+#include "native/weight_tiles.h"
 #include "test_gemv_util.h"
 #include "test_mma_linear_dev.h"
 
@@ -449,6 +451,72 @@ TEST(GpuMmaLinear, RowsBitwiseIndependentOfBatch) {
           << (t.stream == 1 ? " streamed" : "") << " differs from 1x1";
     }
   }
+}
+
+TEST(GpuMmaLinear, TiledLayoutGivesTheSameBits) {
+  // The prepared arena's tiled FP8 layout (core/weight_tiles.h) holds the same codes at other
+  // addresses: every tiling (register walk, streamed decode tile, wide, deep) and both activation
+  // formats must give bitwise the row-major result. The device tiling (native::tile_fp8) is checked
+  // byte for byte against the host's (tile_rows_to) on the way, padding rows included.
+  const uint32_t seed = gpu_test_seed() + 15;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  struct S {
+    int N, K;
+  };
+  int compared = 0;
+  for (S s : {S{1, 17}, S{17, 65}, S{33, 2049}, S{257, 333}, S{1000, 1000}, S{2560, 6144}, S{130, 64}}) {
+    const DevWeight w = random_weight(rng, DType::F8_E4M3, s.N, s.K);
+    // the same codes row-major at ld = round_up(K, 64), and tiled from them on the device
+    const int64_t ld = (s.K + kTileBlockBytes - 1) / kTileBlockBytes * kTileBlockBytes;
+    const std::vector<uint8_t> packed = w.data.download();
+    std::vector<uint8_t> rows(size_t(s.N) * size_t(ld), 0);
+    for (int n = 0; n < s.N; ++n) std::memcpy(&rows[size_t(n) * ld], &packed[size_t(n) * w.ld], size_t(w.ld));
+    DevBuf<uint8_t> rd(rows.size()), td(size_t(tiled_rows(s.N)) * size_t(ld));
+    rd.upload(rows);
+    M3_CUDA_CHECK(cudaMemset(td.p, 0xa5, td.n));  // poison: every byte must be written
+    native::tile_fp8(rd.p, s.N, ld, td.p, nullptr);
+    M3_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> host_tiled(td.n);
+    tile_rows_to(rows.data(), s.N, ld, host_tiled.data());
+    ASSERT_EQ(td.download(), host_tiled) << s.N << "x" << s.K << ": device tiling differs from the host's";
+    const native::Fp8Weight row_major{rd.p, w.scales.p, s.N, s.K, ld, false}, tiled{td.p, w.scales.p, s.N, s.K, ld, true};
+    const int64_t ldx = act_ld(s.K);
+    const auto x = random_x(rng, 300, s.K, ldx);
+    for (DType xt : {DType::F32, DType::BF16}) {
+      const DevAct a = upload_act(x, ldx, xt);
+      for (int M : {1, 3, 8, 9, 17, 300})
+        for (const auto& t : all_tilings()) {
+          auto run = [&](const native::Fp8Weight& fw) {
+            const int64_t ld_y = s.N + 3;
+            DevBuf<float> y(size_t(M) * size_t(ld_y));
+            y.poison();
+            native::launch(native::make_fp8_linear_params(fw, a.in, M, y.p, ld_y, t), nullptr);
+            M3_CUDA_CHECK(cudaDeviceSynchronize());
+            auto v = y.download();
+            for (int tk = 0; tk < M; ++tk)
+              for (int n = 0; n < s.N; ++n) EXPECT_TRUE(std::isfinite(v[size_t(tk) * ld_y + n])) << tk << " " << n;
+            return v;
+          };
+          const auto want = run(row_major), got = run(tiled);
+          ++compared;
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+              << s.N << "x" << s.K << " M=" << M << (xt == DType::F32 ? " x f32 " : " x bf16 ")
+              << (t.deep ? "deep " : "wide ") << t.rt << "x" << t.nt << (t.stream == 1 ? " streamed" : "")
+              << ": tiled differs from row-major";
+        }
+    }
+  }
+  std::printf("  %d (shape, M, x format, tiling) runs: tiled == row-major bitwise\n", compared);
+  // refusals: a tiled weight whose rows are not whole 64-byte blocks, and the GEMV on tiled weights
+  const DevWeight w = random_weight(rng, DType::F8_E4M3, 16, 48);
+  DevBuf<float> y(64);
+  const DevAct a = upload_act(random_x(rng, 1, 48, act_ld(48)), act_ld(48), DType::F32);
+  EXPECT_THROW(native::make_fp8_linear_params(native::Fp8Weight{w.data.p, w.scales.p, 16, 48, 48, true}, a.in, 1, y.p, 16),
+               Error);
+  EXPECT_THROW(native::linear_fp8(native::Fp8Weight{w.data.p, w.scales.p, 16, 48, 64, true}, a.in, 1, y.p, 16, nullptr,
+                                  native::LinearPath::Gemv),
+               Error);
 }
 
 TEST(GpuMmaLinear, LinearEntryPointsAreBatchInvariant) {

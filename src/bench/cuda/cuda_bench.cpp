@@ -137,6 +137,7 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
   const auto cases = make_cases(o.batches, o.contexts, o.prefills);
   PrepareOptions po;
   po.router_bf16 = o.router_bf16;
+  po.fp8_tiled = !o.fp8_rows;
   const PreparedLayout layout = plan_prepared(spec, po);
   StepBytesOptions bo;
   bo.kv_dtype = o.kv_bf16 ? DType::BF16 : DType::F8_E4M3;

@@ -6,7 +6,9 @@
 
 #include "bench/cuda/probes.h"
 #include "native/cuda_check.h"
+#include "native/dev_buf.h"
 #include "native/prepared.h"
+#include "native/weight_tiles.h"
 
 namespace m3::bench {
 
@@ -21,6 +23,14 @@ int64_t used_bytes(const PTensor& t) {
 
 void fill_tensor(uint8_t* base, const PTensor& t, FillFormat f, float lo, float hi, uint64_t seed, cudaStream_t s) {
   if (t.empty()) return;
+  if (t.tiled) {  // row-major into scratch, then tiled into place (padding rows and columns zero)
+    native::DevBuf scratch(size_t(t.rows) * size_t(t.row_bytes));
+    M3_CUDA_CHECK(cudaMemsetAsync(scratch.get(), 0, scratch.bytes(), s));
+    fill_random(scratch.get<uint8_t>(), t.rows, t.row_bytes, used_bytes(t), f, lo, hi, seed, s);
+    native::tile_fp8(scratch.get<uint8_t>(), t.rows, t.row_bytes, base + t.offset, s);
+    M3_CUDA_CHECK(cudaStreamSynchronize(s));  // before the scratch is freed
+    return;
+  }
   const int64_t rows = t.rows * t.slots, used = used_bytes(t);
   if (used == t.row_bytes)  // no padding: one flat row (cheaper indexing)
     fill_random(base + t.offset, 1, rows * used, rows * used, f, lo, hi, seed, s);

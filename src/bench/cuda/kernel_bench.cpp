@@ -12,10 +12,12 @@
 #include "bench/cuda/graph_timer.h"
 #include "bench/cuda/lt_matmul.h"
 #include "bench/cuda/probes.h"
+#include "core/weight_tiles.h"
 #include "model/synthetic.h"
 #include "native/cuda_check.h"
 #include "native/linear.h"
 #include "native/moe.h"
+#include "native/weight_tiles.h"
 
 namespace m3::bench {
 
@@ -67,14 +69,19 @@ std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream
     for (Shape sh : {Shape{"qkv", &Y.qkv}, Shape{"o", &Y.o}}) {
       const int N = int(sh.m->codes.rows), K = int(sh.m->codes.cols);
       const int64_t ld = sh.m->codes.row_bytes;
+      M3_CHECK(ld % kTileBlockBytes == 0 && N % kTileRows == 0, "bench: {} [{} x {}] is not whole tiles", sh.what, N, ld);
       const size_t cb = size_t(N) * size_t(ld), sb = size_t(N) * 4, one = (cb + sb + 255) / 256 * 256;
       const int nb = copies_for(double(one));
-      DevMem w(one * size_t(nb));
+      // each copy twice: row-major (w) and tiled (wt, the prepared arena's layout), the same codes
+      DevMem w(one * size_t(nb)), wt(one * size_t(nb));
       for (int i = 0; i < nb; ++i) {
         uint8_t* p = w.as<uint8_t>() + size_t(i) * one;
         fill_random(p, N, ld, K, FillFormat::Fp8, 0, 0, o.seed + 17 * i, s);
         const float sc = 1.0f / (448.0f * std::sqrt(float(K)));
         fill_random(p + cb, 1, int64_t(sb), int64_t(sb), FillFormat::F32, 0.5f * sc, 1.5f * sc, o.seed + 17 * i + 1, s);
+        uint8_t* pt = wt.as<uint8_t>() + size_t(i) * one;
+        native::tile_fp8(p, N, ld, pt, s);
+        M3_CUDA_CHECK(cudaMemcpyAsync(pt + cb, p + cb, sb, cudaMemcpyDeviceToDevice, s));
       }
       SegmentReader rd;
       std::vector<int> lists;
@@ -92,9 +99,9 @@ std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream
       fill_random(xs.p, 1, int64_t(maxM) * 4, int64_t(maxM) * 4, FillFormat::F32, 0.5f, 1.5f, o.seed + 7, s);
       for (int M : o.Ms) {
         M3_CHECK(M >= 1 && M <= maxM, "bench: gemv M {} outside [1, {}]", M, maxM);
-        auto view = [&](int i) {
-          const uint8_t* p = w.as<uint8_t>() + size_t(i) * one;
-          return native::Fp8Weight{p, reinterpret_cast<const float*>(p + cb), N, K, ld};
+        auto view = [&](int i, bool tiled) {
+          const uint8_t* p = (tiled ? wt : w).as<uint8_t>() + size_t(i) * one;
+          return native::Fp8Weight{p, reinterpret_cast<const float*>(p + cb), N, K, ld, tiled};
         };
         // the tensor-core kernel (the native path for every M) and the CUDA-core GEMV (up to 16)
         KernelResult k;
@@ -122,14 +129,17 @@ std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream
             cudaGetLastError();
           }
         }
-        for (native::LinearPath path : {native::LinearPath::Auto, native::LinearPath::Gemv}) {
+        // fp8_mma: the tiled arena layout; fp8_mma_rows: the same codes row-major; fp8_gemv: row-major
+        for (int variant = 0; variant < 3; ++variant) {
+          const native::LinearPath path = variant == 2 ? native::LinearPath::Gemv : native::LinearPath::Auto;
+          const bool tiled = variant == 0;
           if (path == native::LinearPath::Gemv && M > native::kGemvMaxM) continue;
           auto run = [&](int i, cudaStream_t st) {
-            native::linear_fp8(view(i), native::ActIn{x.p, DType::F32, ld}, M, y.as<float>(), N, st, path);
+            native::linear_fp8(view(i, tiled), native::ActIn{x.p, DType::F32, ld}, M, y.as<float>(), N, st, path);
           };
           run(0, s);  // eager first (module load, checks)
           M3_CUDA_CHECK(cudaStreamSynchronize(s));
-          k.kernel = path == native::LinearPath::Auto ? "fp8_mma" : "fp8_gemv";
+          k.kernel = variant == 0 ? "fp8_mma" : variant == 1 ? "fp8_mma_rows" : "fp8_gemv";
           k.us = rotation_us(nb, run, o.warmup, o.reps, s);
           out.push_back(k);
         }
