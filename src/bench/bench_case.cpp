@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "model/tp_shard.h"
 
 namespace m3::bench {
 
@@ -75,19 +76,8 @@ std::vector<BenchCase> make_cases(const std::vector<int64_t>& batches, const std
 ModelSpec shard_spec(const ModelSpec& spec, int k) {
   M3_CHECK(k >= 1, "bench: --tp-shard must be >= 1, got {}", k);
   if (k == 1) return spec;
-  ModelSpec s = spec;
-  auto div = [&](int& v, const char* field) {
-    if (v == 0) return;
-    M3_CHECK(v % k == 0, "bench: --tp-shard {}: {} = {} is not divisible by {}", k, field, v, k);
-    v /= k;
-  };
-  div(s.num_heads, "num_attention_heads");
-  div(s.num_kv_heads, "num_key_value_heads");
-  if (s.num_sparse_layers() > 0) div(s.index_heads, "index_n_heads");
-  if (s.num_moe_layers() < s.num_layers) div(s.dense_inter, "dense_intermediate_size");
-  if (s.num_moe_layers() > 0) div(s.moe_inter, "intermediate_size");
-  div(s.shared_inter, "shared_intermediate_size");
-  div(s.vocab_size, "vocab_size");
+  ModelSpec s = tp_rank_spec(spec, k, "bench: --tp-shard");
+  s.vocab_size /= k;  // one rank's lm_head rows (the bench's model is the rank's whole shard)
   if (s.bos_id >= s.vocab_size) s.bos_id = -1;
   if (s.eos_id >= s.vocab_size) s.eos_id = -1;
   s.validate("--tp-shard " + std::to_string(k));

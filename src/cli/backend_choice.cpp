@@ -25,6 +25,7 @@ void validate_backend_choice(const BackendChoice& c, const char* command) {
   M3_CHECK(c.weights == "checkpoint" || c.weights == "prepared",
            "{}: --weights must be checkpoint or prepared, got '{}'", command, c.weights);
   M3_CHECK(c.threads >= 0, "{}: --threads must be >= 0, got {}", command, c.threads);
+  M3_CHECK(c.tp >= 1 && c.tp <= 64, "{}: --tp must be in [1, 64], got {}", command, c.tp);
   M3_CHECK(c.cache_dtype.empty() || c.cache_dtype == "fp32" || c.cache_dtype == "bf16" || c.cache_dtype == "fp8",
            "{}: --cache-dtype must be fp32, bf16 or fp8, got '{}'", command, c.cache_dtype);
   M3_CHECK(c.router_dtype == "float32" || c.router_dtype == "bfloat16",
@@ -73,6 +74,8 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
 #if M3_WITH_CUDA
   if (cuda) {
     M3_CHECK(native::cuda_device_available(), "{}: --device cuda: no CUDA device is visible", command);
+    M3_CHECK(c.tp == 1, "{}: --tp {} on the GPU needs the multi-rank NCCL engine, which this build does not have yet; "
+             "--device cpu runs the CPU reference with {} ranks", command, c.tp, c.tp);
     if (c.weights != "checkpoint")
       std::fprintf(stderr, "note: --weights applies to the CPU reference; CUDA always runs the prepared weights\n");
     native::PrepareLoadOptions lo;
@@ -112,6 +115,7 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
   ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec, c.router_dtype == "bfloat16")
                                            : load_model_weights(model_dir, spec);
   ref::RefOptions ro(std::max(c.cache_blocks, 1), c.threads);
+  ro.tp = c.tp;
   ro.cache.kv_dtype = ro.cache.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F32);
   return ref::make_ref_backend(spec, std::move(w), ro);
 }

@@ -34,6 +34,9 @@ struct BackendChoice {
   // it accepts runs its sparse layers (decode batches of at most 4 rows), any other runs natively.
   // A static refusal is printed with its reasons and the backend runs native only.
   bool mono = false;
+  // --tp N: tensor parallelism over N ranks (model/tp_shard.h). The CPU reference runs N ranks as
+  // threads of this process (RefOptions::tp); the GPU path has no multi-rank engine yet and refuses.
+  int tp = 1;
 };
 
 // Throws naming the flag when a value is not one of the choices.

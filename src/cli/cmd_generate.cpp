@@ -30,6 +30,7 @@ struct GenerateArgs {
   bool stop_at_eos = false;
   bool device_sampling = true;
   bool mono = false;
+  int tp = 1;
 };
 
 // The backend for --device (cli/backend_choice.h): the CUDA native backend, or the CPU reference on
@@ -38,6 +39,7 @@ std::unique_ptr<Backend> make_backend(const GenerateArgs& a, const ModelSpec& sp
   BackendChoice c{a.device, a.weights, a.threads, blocks, positions};
   c.router_dtype = a.router_dtype;
   c.mono = a.mono;
+  c.tp = a.tp;
   return make_chosen_backend(c, a.model, spec, "generate");
 }
 
@@ -52,6 +54,7 @@ int run_generate(const GenerateArgs& a) {
   ModelSpec spec = load_model_spec(a.model);
   BackendChoice check{a.device, a.weights, a.threads};
   check.router_dtype = a.router_dtype;
+  check.tp = a.tp;
   validate_backend_choice(check, "generate");
   for (size_t i = 0; i < prompt.size(); ++i)
     M3_CHECK(prompt[i] < spec.vocab_size, "generate: --prompt-ids entry {} ({}) is outside the vocabulary [0, {})", i,
@@ -122,6 +125,7 @@ RunFn setup_generate(CLI::App& app) {
   app.add_option("--top-p", a->top_p, "nucleus mass (1 = off)")->capture_default_str();
   app.add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  app.add_option("--tp", a->tp, "tensor-parallel ranks (CPU reference: ranks as threads of this process, each with its shard; the GPU path runs one rank)")->capture_default_str();
   app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
   app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's FP8/MXFP4 store, dequantized)")
       ->capture_default_str();

@@ -31,6 +31,7 @@ struct ServeArgs {
   serve::ServerOptions server;
   int cache_blocks = 256;
   int threads = 0;
+  int tp = 1;
   std::string device = "auto", weights = "checkpoint", router_dtype = "float32";
   int max_num_seqs = 16;
   int max_step_tokens = 512;
@@ -117,6 +118,7 @@ int run_serve(ServeArgs a) {
   BackendChoice choice{a.device, a.weights, a.threads, a.cache_blocks, a.max_model_len};
   choice.router_dtype = a.router_dtype;
   choice.mono = a.mono;
+  choice.tp = a.tp;
   validate_backend_choice(choice, "serve");
   std::fprintf(stderr, "m3mono serve: loading %s\n", a.model.c_str());
   ModelSpec spec = load_model_spec(dir);
@@ -199,6 +201,10 @@ M3_COMMAND(
       app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")
           ->capture_default_str();
       app.add_option("--threads", a->threads, "CPU backend threads (0 = all cores)")->capture_default_str();
+      app.add_option("--tp", a->tp,
+                     "tensor-parallel ranks (CPU reference: ranks as threads of this process, each with its shard; "
+                     "the GPU path runs one rank)")
+          ->capture_default_str();
       app.add_flag("--mono", a->mono,
                    "CUDA: the fused persistent decode path for the steps it serves (decode, <= 4 rows); "
                    "/metrics counts steps per path and fallbacks by reason");

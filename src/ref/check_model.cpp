@@ -67,10 +67,11 @@ void mlp(const MlpWeights& w, int H, int I, const std::string& name) {
 }
 }  // namespace
 
-void check_ref_weights(const ModelSpec& s, const ModelWeights& w) {
+void check_ref_weights(const ModelSpec& s, const ModelWeights& w, int tp) {
   const int H = s.hidden;
+  M3_CHECK(tp >= 1 && s.vocab_size % tp == 0, "weights: vocab_size {} is not split over {} ranks", s.vocab_size, tp);
   mat(w.embed, s.vocab_size, H, "embed_tokens");
-  mat(w.lm_head, s.vocab_size, H, "lm_head");
+  mat(w.lm_head, s.vocab_size / tp, H, tp > 1 ? "lm_head (this rank's rows)" : "lm_head");
   vec(w.final_norm, H, "norm");
   M3_CHECK(int(w.layers.size()) == s.num_layers, "weights: {} layers, spec has {}", w.layers.size(), s.num_layers);
   for (int l = 0; l < s.num_layers; ++l) {

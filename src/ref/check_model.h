@@ -9,6 +9,7 @@
 namespace m3::ref {
 
 void check_ref_spec(const ModelSpec& spec);
-void check_ref_weights(const ModelSpec& spec, const ModelWeights& w);
+// tp: w is one rank's shard of tp (model/tp_shard.h; spec the rank's): lm_head has vocab / tp rows.
+void check_ref_weights(const ModelSpec& spec, const ModelWeights& w, int tp = 1);
 
 }  // namespace m3::ref

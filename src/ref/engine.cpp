@@ -3,12 +3,19 @@
 // forward_step.
 #include "ref/engine.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <thread>
+
 #include "core/check.h"
+#include "model/tp_shard.h"
 #include "ref/check_model.h"
 #include "ref/forward.h"
 #include "ref/kv_cache.h"
 #include "ref/rope.h"
 #include "ref/step_plan.h"
+#include "runtime/communicator.h"
 #include "runtime/step_sampling.h"
 
 namespace m3::ref {
@@ -17,15 +24,17 @@ namespace {
 
 class RefBackendImpl final : public RefBackend {
  public:
-  RefBackendImpl(ModelSpec spec, ModelWeights w, RefOptions opt)
-      : spec_(std::move(spec)),
+  // comm: this rank's communicator when spec / w are one rank's shard (tensor parallelism).
+  RefBackendImpl(ModelSpec spec, ModelWeights w, RefOptions opt, Communicator* comm = nullptr)
+      : comm_(comm),
+        spec_(std::move(spec)),
         w_(std::move(w)),
         pool_(opt.threads),
         cache_((check_ref_spec(spec_), spec_), opt.num_cache_blocks),
         rope_(spec_.rotary_dim, spec_.rope_theta),
         codecs_(make_cache_codecs(spec_, opt.cache)),
         ffn_tap_(std::move(opt.ffn_tap)) {
-    check_ref_weights(spec_, w_);
+    check_ref_weights(spec_, w_, comm_ ? comm_->size() : 1);
   }
   std::string name() const override { return "cpu-ref"; }
   const ModelSpec& spec() const override { return spec_; }
@@ -52,13 +61,13 @@ class RefBackendImpl final : public RefBackend {
     StepPlan plan = plan_step(spec_, cache_, batch);
     for (int t = 0; t < plan.num_tokens; ++t) cache_.mark_written(plan.slot[size_t(t)], plan.pos[size_t(t)]);
     ForwardContext c{spec_, w_, cache_, rope_, pool_, codecs_.exact() ? nullptr : &codecs_, follow,
-                     ffn_tap_ ? &ffn_tap_ : nullptr};
+                     ffn_tap_ ? &ffn_tap_ : nullptr, comm_};
     StepOutput out = forward_step(c, plan, trace);
     sample_step_on_host(batch, out);  // exact: sample_token on these logits (SeqStep::sample)
     return out;
   }
 
-
+  Communicator* comm_;
   ModelSpec spec_;
   ModelWeights w_;
   ThreadPool pool_;
@@ -68,10 +77,114 @@ class RefBackendImpl final : public RefBackend {
   FfnInputTap ffn_tap_;
 };
 
+// tp ranks as threads: every step runs on all of them at once (one thread each), each rank's
+// forward meeting the others in the collectives of its communicator; rank 0's output is the step's
+// (every rank holds the same logits and samples). A rank that throws leaves the group (comm.fail),
+// so the others fail too instead of waiting; the first rank's error (by rank) is rethrown.
+// The whole model's trace from the ranks' (rank r holds KV groups [r G/N, (r+1) G/N) and the same
+// slice, kv_width values, of every token's K / V cache row, or with `rep` > 1 the one group it
+// shares with the rep - 1 ranks after it: the first of them speaks for it; experts and index-K are
+// the same on every rank: rank 0's, checked).
+void merge_traces(std::vector<SelectionTrace>& ranks, int64_t kv_width, size_t rep, SelectionTrace& out) {
+  const bool rec = out.record_cache;
+  const size_t N = ranks.size();
+  for (size_t r = 1; r < N; ++r)
+    M3_CHECK(ranks[r].layers == ranks[0].layers && ranks[r].moe_layers == ranks[0].moe_layers &&
+                 ranks[r].experts == ranks[0].experts && ranks[r].cache_ik == ranks[0].cache_ik,
+             "cpu-ref tp{}: rank {} chose other experts or wrote another index-K than rank 0", N, r);
+  out.clear();
+  out.record_cache = rec;
+  out.layers = ranks[0].layers;
+  out.moe_layers = ranks[0].moe_layers;
+  out.experts = ranks[0].experts;
+  out.cache_ik = ranks[0].cache_ik;
+  out.blocks = ranks[0].blocks;
+  for (size_t r = rep; r < N; r += rep)
+    for (size_t l = 0; l < out.blocks.size(); ++l)
+      for (size_t tok = 0; tok < out.blocks[l].size(); ++tok) {
+        auto& g = out.blocks[l][tok];
+        g.insert(g.end(), ranks[r].blocks[l][tok].begin(), ranks[r].blocks[l][tok].end());
+      }
+  for (auto kind : {&SelectionTrace::cache_k, &SelectionTrace::cache_v}) {
+    auto& merged = out.*kind;
+    merged.resize((ranks[0].*kind).size());
+    for (size_t l = 0; l < merged.size(); ++l) {
+      const size_t tokens = (ranks[0].*kind)[l].size() / size_t(kv_width), parts = N / rep;
+      merged[l].resize(tokens * parts * size_t(kv_width));
+      for (size_t t = 0; t < tokens; ++t)
+        for (size_t k = 0; k < parts; ++k)
+          std::copy_n((ranks[k * rep].*kind)[l].data() + t * size_t(kv_width), kv_width,
+                      merged[l].data() + (t * parts + k) * size_t(kv_width));
+    }
+  }
+}
+
+class RefTpBackend final : public RefBackend {
+ public:
+  RefTpBackend(ModelSpec spec, const ModelWeights& w, RefOptions opt) : spec_(spec), group_(opt.tp) {
+    const int N = opt.tp;
+    const ModelSpec rs = tp_rank_spec(spec, N);
+    const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+    RefOptions ro = opt;
+    ro.tp = 1;
+    ro.threads = std::max(1, (opt.threads > 0 ? opt.threads : hw) / N);
+    for (int r = 0; r < N; ++r) {
+      comms_.push_back(group_.rank(r));
+      ranks_.push_back(std::make_unique<RefBackendImpl>(rs, tp_rank_weights(spec, w, r, N), ro, comms_.back().get()));
+    }
+  }
+  std::string name() const override { return fmt::format("cpu-ref tp{}", ranks_.size()); }
+  const ModelSpec& spec() const override { return spec_; }
+  int cache_block_size() const override { return ranks_[0]->cache_block_size(); }
+  int num_cache_blocks() const override { return ranks_[0]->num_cache_blocks(); }
+
+  StepOutput step(const StepBatch& batch, SelectionTrace* trace) override {
+    const size_t N = ranks_.size();
+    std::vector<StepOutput> outs(N);
+    std::vector<SelectionTrace> traces(trace ? N : 0);
+    std::vector<std::string> errors(N);
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < N; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          if (trace) traces[r].record_cache = trace->record_cache;
+          outs[r] = ranks_[r]->step(batch, trace ? &traces[r] : nullptr);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          comms_[r]->fail(errors[r]);
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (size_t r = 0; r < N; ++r) M3_CHECK(errors[r].empty(), "cpu-ref tp{} rank {}: {}", N, r, errors[r]);
+    if (trace) {
+      const int KV = spec_.num_kv_heads;
+      merge_traces(traces, ranks_[0]->spec().kv_dim(), KV % int(N) == 0 ? 1 : N / size_t(KV), *trace);
+    }
+    return std::move(outs[0]);
+  }
+
+  StepOutput step_following(const StepBatch&, const SelectionTrace&, const FollowOptions&, FollowStats*,
+                            SelectionTrace*) override {
+    M3_FAIL("cpu-ref tp{}: step_following follows one rank's choices (run the reference with tp 1)", ranks_.size());
+  }
+
+ private:
+  ModelSpec spec_;
+  LocalGroup group_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  std::vector<std::unique_ptr<RefBackendImpl>> ranks_;
+};
+
 }  // namespace
 
 std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, ModelWeights weights, RefOptions opt) {
   M3_CHECK(opt.threads >= 0, "reference backend: threads must be >= 0, got {}", opt.threads);
+  M3_CHECK(opt.tp >= 1, "reference backend: tensor-parallel size must be >= 1, got {}", opt.tp);
+  if (opt.tp > 1) {
+    check_ref_spec(spec);
+    check_ref_weights(spec, weights);
+    return std::make_unique<RefTpBackend>(std::move(spec), weights, opt);
+  }
   return std::make_unique<RefBackendImpl>(std::move(spec), std::move(weights), opt);
 }
 

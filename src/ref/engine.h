@@ -22,6 +22,11 @@ struct RefOptions {
   int threads;           // 0 = hardware concurrency
   CacheEmulation cache;  // default: exact fp32 caches
   FfnInputTap ffn_tap;   // sees every layer's FFN input each step (probes; default: none)
+  // Tensor parallelism (model/tp_shard.h, docs/tensor-parallel.md): tp ranks as threads of this
+  // process, each with its shard of the weights and of the caches and threads / tp pool threads;
+  // all-reduces after attention and the FFN, logits gathered. The same math; only the order of the
+  // sums over the split dimensions changes. step_following is one rank's only (tp 1).
+  int tp = 1;
 };
 
 class RefBackend : public Backend {

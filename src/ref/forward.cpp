@@ -238,6 +238,7 @@ void attention_block(const ForwardContext& c, int l, const StepPlan& p, float* x
   });
   std::vector<float> y(size_t(T) * H);
   linear(L.wo, o.data(), qd, T, y.data(), H, c.pool);
+  if (c.comm) c.comm->all_reduce_sum(y.data(), y.size());  // this rank's heads' share of every output
   for (size_t i = 0; i < y.size(); ++i) x[i] += y[i];
 }
 
@@ -260,6 +261,7 @@ void ffn_block(const ForwardContext& c, int l, int T, float* x, ExpertChoices* e
     mc.chosen = experts;
     moe_forward(s, L, y.data(), T, out.data(), c.pool, &mc);
   } else mlp_forward(L.dense, y.data(), T, s.swiglu_alpha, s.swiglu_limit, out.data(), c.pool);
+  if (c.comm) c.comm->all_reduce_sum(out.data(), out.size());  // this rank's share of the widths
   for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
 }
 
@@ -326,7 +328,20 @@ StepOutput forward_step(const ForwardContext& c, const StepPlan& p, SelectionTra
   StepOutput out;
   out.vocab = s.vocab_size;
   out.logits.resize(size_t(R) * size_t(s.vocab_size));
-  linear(c.w.lm_head, xn.data(), H, R, out.logits.data(), s.vocab_size, c.pool);
+  if (!c.comm) {
+    linear(c.w.lm_head, xn.data(), H, R, out.logits.data(), s.vocab_size, c.pool);
+  } else {  // this rank's vocabulary rows, then every rank's in rank order
+    const int N = c.comm->size(), Vr = c.w.lm_head.rows;
+    M3_CHECK(Vr * N == s.vocab_size, "tensor parallelism: lm_head has {} rows on each of {} ranks, vocab_size is {}", Vr,
+             N, s.vocab_size);
+    std::vector<float> mine(size_t(R) * size_t(Vr)), all(size_t(N) * mine.size());
+    linear(c.w.lm_head, xn.data(), H, R, mine.data(), Vr, c.pool);
+    c.comm->all_gather(mine.data(), all.data(), mine.size() * sizeof(float));
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < N; ++k)
+        std::copy_n(all.data() + (size_t(k) * R + r) * Vr, Vr,
+                    out.logits.data() + size_t(r) * s.vocab_size + size_t(k) * Vr);
+  }
   out.first_row = p.first_row;
   out.num_rows = p.num_rows;
   return out;

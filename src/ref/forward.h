@@ -14,6 +14,7 @@
 #include "ref/rope.h"
 #include "ref/step_plan.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 
 namespace m3::ref {
 
@@ -26,6 +27,10 @@ struct ForwardContext {
   const CacheCodecs* codecs = nullptr;  // rounding of what is written into the caches (null: exact)
   const Follow* follow = nullptr;       // decisions offered for this step (null: none)
   const FfnInputTap* ffn_tap = nullptr;  // sees every layer's FFN input (null: none)
+  // Tensor parallelism (model/tp_shard.h): spec and w are this rank's shard; the partial outputs of
+  // the O projection and of the FFN are summed over the ranks (in rank order) before the residual
+  // add, and the vocabulary-parallel logits are gathered. Null: one rank.
+  Communicator* comm = nullptr;
 };
 
 using BlockChoices = std::vector<std::vector<std::vector<int32_t>>>;  // [token][group] -> block ids

@@ -261,7 +261,12 @@ TEST(BenchCase, ShardAndLayerCut) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("num_attention_heads"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(shard_spec(real, 8), Error);  // 4 KV heads
+  // tp 8 over 4 KV heads: each rank the one KV (and index) head its 8 query heads use, replicated
+  const ModelSpec r8 = shard_spec(real, 8);
+  EXPECT_EQ(r8.num_heads, 8);
+  EXPECT_EQ(r8.num_kv_heads, 1);
+  EXPECT_EQ(r8.index_heads, 1);
+  EXPECT_THROW(shard_spec(real, 128), Error);  // 64 query heads
   ModelSpec one = last_layers(real, 1);
   EXPECT_EQ(one.num_layers, 1);
   EXPECT_TRUE(one.sparse(0) && one.moe(0));

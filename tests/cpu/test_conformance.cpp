@@ -144,6 +144,22 @@ TEST(ConformanceCli, ExitCodeFollowsTheChecks) {
   EXPECT_NE(missing.out.find("nonexistent"), std::string::npos) << missing.out;
 }
 
+TEST(ConformanceCli, TensorParallelRanksOnTheCpu) {
+  // --tp 2 on the CPU reference: the fixture whose KV heads two ranks split passes; one whose 3 KV
+  // heads they cannot split is refused, naming the dimension; --tp 0 is refused naming the flag
+  const fs::path a = fs::path(M3_TEST_DATA) / "tiny-m3-a", b = fs::path(M3_TEST_DATA) / "tiny-m3-b";
+  auto ok = run_cmd("conformance --threads 2 --tp 2 --device cpu --model " + a.string());
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_NE(ok.out.find("cpu-ref tp2"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("PASS"), std::string::npos) << ok.out;
+  auto no = run_cmd("conformance --threads 2 --tp 2 --device cpu --model " + b.string());
+  EXPECT_NE(no.rc, 0) << no.out;
+  EXPECT_NE(no.out.find("num_key_value_heads = 3"), std::string::npos) << no.out;
+  auto zero = run_cmd("generate --tp 0 --device cpu --prompt-ids 1 --model " + a.string());
+  EXPECT_NE(zero.rc, 0) << zero.out;
+  EXPECT_NE(zero.out.find("--tp"), std::string::npos) << zero.out;
+}
+
 TEST(GenerateCli, GreedyReproducesGoldenContinuation) {
   const fs::path dir = fixtures().front();
   auto golden = ref::load_golden(dir / "golden.safetensors");
