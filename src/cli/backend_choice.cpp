@@ -11,6 +11,10 @@
 #include "model/safetensors.h"
 #include "model/weight_table.h"
 #include "ref/engine.h"
+#include "runtime/communicator.h"
+#if M3_WITH_MPI
+#include "runtime/mpi/mpi_communicator.h"
+#endif
 #if M3_WITH_CUDA
 #include "mono/mono.h"
 #include "native/cuda_backend.h"
@@ -116,6 +120,21 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
                                            : load_model_weights(model_dir, spec);
   ref::RefOptions ro(std::max(c.cache_blocks, 1), c.threads);
   ro.tp = c.tp;
+  if (c.tp > 1 && mpi_launched()) {  // one rank per process of the mpirun job
+#if M3_WITH_MPI
+    ro.comm = make_mpi_communicator();
+    M3_CHECK(ro.comm->size() == c.tp, "{}: --tp {} under mpirun -np {}: start one process per rank", command, c.tp,
+             ro.comm->size());
+    if (ro.comm->rank() != 0) {  // rank 0 reports; the others compute beside it (errors still on stderr)
+      std::fflush(stdout);
+      if (!std::freopen("/dev/null", "w", stdout)) std::fprintf(stderr, "note: rank %d keeps its stdout\n", ro.comm->rank());
+    }
+    std::fprintf(stderr, "note: tensor-parallel rank %d of %d (mpi)\n", ro.comm->rank(), ro.comm->size());
+#else
+    M3_FAIL("{}: started by mpirun with --tp {}, but this build has no MPI (install libopenmpi-dev and rebuild); "
+            "without mpirun the {} ranks run as threads of one process", command, c.tp, c.tp);
+#endif
+  }
   ro.cache.kv_dtype = ro.cache.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F32);
   return ref::make_ref_backend(spec, std::move(w), ro);
 }

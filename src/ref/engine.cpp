@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "core/check.h"
@@ -119,6 +120,130 @@ void merge_traces(std::vector<SelectionTrace>& ranks, int64_t kv_width, size_t r
   }
 }
 
+// A trace as bytes (the parts merge_traces reads) and back, for ranks in other processes.
+template <class T>
+void put(std::vector<uint8_t>& b, const T* p, size_t n) {
+  const uint64_t k = n;
+  const auto* q = reinterpret_cast<const uint8_t*>(&k);
+  b.insert(b.end(), q, q + 8);
+  if (n) b.insert(b.end(), reinterpret_cast<const uint8_t*>(p), reinterpret_cast<const uint8_t*>(p + n));
+}
+template <class T>
+std::vector<T> get(const uint8_t*& p, const uint8_t* end) {
+  uint64_t n;
+  M3_CHECK(end - p >= 8, "tensor-parallel trace: truncated");
+  std::memcpy(&n, p, 8);
+  p += 8;
+  M3_CHECK(uint64_t(end - p) >= n * sizeof(T), "tensor-parallel trace: truncated");
+  std::vector<T> v(n);
+  if (n) std::memcpy(v.data(), p, n * sizeof(T));
+  p += n * sizeof(T);
+  return v;
+}
+std::vector<uint8_t> trace_bytes(const SelectionTrace& t) {
+  std::vector<uint8_t> b;
+  put(b, t.layers.data(), t.layers.size());
+  put(b, t.moe_layers.data(), t.moe_layers.size());
+  auto lists = [&](const std::vector<std::vector<int32_t>>& v) {
+    const uint64_t n = v.size();
+    put(b, &n, 1);
+    for (const auto& x : v) put(b, x.data(), x.size());
+  };
+  for (const auto& l : t.blocks) {
+    const uint64_t n = l.size();
+    put(b, &n, 1);
+    for (const auto& tok : l) lists(tok);
+  }
+  for (const auto& l : t.experts) lists(l);
+  for (auto* kind : {&t.cache_k, &t.cache_v, &t.cache_ik}) {
+    const uint64_t n = kind->size();
+    put(b, &n, 1);
+    for (const auto& row : *kind) put(b, row.data(), row.size());
+  }
+  return b;
+}
+SelectionTrace trace_from(const uint8_t* p, const uint8_t* end) {
+  SelectionTrace t;
+  t.layers = get<int>(p, end);
+  t.moe_layers = get<int>(p, end);
+  auto count = [&] { return get<uint64_t>(p, end).at(0); };
+  auto lists = [&] {
+    std::vector<std::vector<int32_t>> v(count());
+    for (auto& x : v) x = get<int32_t>(p, end);
+    return v;
+  };
+  t.blocks.resize(t.layers.size());
+  for (auto& l : t.blocks) {
+    l.resize(count());
+    for (auto& tok : l) tok = lists();
+  }
+  t.experts.resize(t.moe_layers.size());
+  for (auto& l : t.experts) l = lists();
+  for (auto* kind : {&t.cache_k, &t.cache_v, &t.cache_ik}) {
+    kind->resize(count());
+    for (auto& row : *kind) row = get<float>(p, end);
+  }
+  return t;
+}
+
+// This process's rank of an MPI job (RefOptions::comm): its shard only; a trace is gathered from
+// every rank (sizes first, then the padded bytes) and merged as the threaded ranks' are.
+class RefRankBackend final : public RefBackend {
+ public:
+  RefRankBackend(ModelSpec spec, const ModelWeights& w, RefOptions opt) : spec_(spec), comm_(opt.comm) {
+    const int N = comm_->size();
+    RefOptions ro = opt;
+    ro.tp = 1;
+    ro.comm = nullptr;
+    rank_ = std::make_unique<RefBackendImpl>(tp_rank_spec(spec, N), tp_rank_weights(spec, w, comm_->rank(), N), ro,
+                                             comm_.get());
+  }
+  std::string name() const override { return fmt::format("cpu-ref tp{} (mpi rank {})", comm_->size(), comm_->rank()); }
+  const ModelSpec& spec() const override { return spec_; }
+  int cache_block_size() const override { return rank_->cache_block_size(); }
+  int num_cache_blocks() const override { return rank_->num_cache_blocks(); }
+
+  StepOutput step(const StepBatch& batch, SelectionTrace* trace) override {
+    SelectionTrace mine;
+    if (trace) mine.record_cache = trace->record_cache;
+    // Every rank validates the same batch the same way, so a bad batch throws on all of them before
+    // any collective and the group goes on; a failure on one rank only (out of memory) leaves the
+    // others in a collective until the MPI engine's timeout aborts the job.
+    StepOutput out = rank_->step(batch, trace ? &mine : nullptr);
+    const int wants = trace ? 1 : 0;
+    std::vector<int> all_want(size_t(comm_->size()));
+    comm_->all_gather(&wants, all_want.data(), sizeof(int));
+    for (int r = 0; r < comm_->size(); ++r)
+      M3_CHECK(all_want[r] == wants, "cpu-ref tp{}: rank {} asked for a trace and rank {} did not", comm_->size(),
+               wants ? comm_->rank() : r, wants ? r : comm_->rank());
+    if (!trace) return out;
+    const std::vector<uint8_t> bytes = trace_bytes(mine);
+    const int N = comm_->size();
+    std::vector<uint64_t> sizes(static_cast<size_t>(N));
+    const uint64_t n = bytes.size();
+    comm_->all_gather(&n, sizes.data(), 8);
+    const uint64_t most = *std::max_element(sizes.begin(), sizes.end());
+    std::vector<uint8_t> padded(most, 0), all(most * size_t(N));
+    std::copy(bytes.begin(), bytes.end(), padded.begin());
+    comm_->all_gather(padded.data(), all.data(), most);
+    std::vector<SelectionTrace> ranks;
+    for (int r = 0; r < N; ++r)
+      ranks.push_back(trace_from(all.data() + size_t(r) * most, all.data() + size_t(r) * most + sizes[size_t(r)]));
+    const int KV = spec_.num_kv_heads;
+    merge_traces(ranks, rank_->spec().kv_dim(), KV % N == 0 ? 1 : size_t(N / KV), *trace);
+    return out;
+  }
+  StepOutput step_following(const StepBatch&, const SelectionTrace&, const FollowOptions&, FollowStats*,
+                            SelectionTrace*) override {
+    M3_FAIL("cpu-ref tp{}: step_following follows one rank's choices (run the reference with tp 1)", comm_->size());
+  }
+
+ private:
+  ModelSpec spec_;
+  std::shared_ptr<Communicator> comm_;
+  std::unique_ptr<RefBackendImpl> rank_;
+};
+
 class RefTpBackend final : public RefBackend {
  public:
   RefTpBackend(ModelSpec spec, const ModelWeights& w, RefOptions opt) : spec_(spec), group_(opt.tp) {
@@ -180,6 +305,13 @@ class RefTpBackend final : public RefBackend {
 std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, ModelWeights weights, RefOptions opt) {
   M3_CHECK(opt.threads >= 0, "reference backend: threads must be >= 0, got {}", opt.threads);
   M3_CHECK(opt.tp >= 1, "reference backend: tensor-parallel size must be >= 1, got {}", opt.tp);
+  if (opt.comm) {
+    M3_CHECK(opt.comm->size() == opt.tp, "reference backend: --tp {} in a group of {} processes (mpirun -np {})", opt.tp,
+             opt.comm->size(), opt.comm->size());
+    check_ref_spec(spec);
+    check_ref_weights(spec, weights);
+    return std::make_unique<RefRankBackend>(std::move(spec), weights, opt);
+  }
   if (opt.tp > 1) {
     check_ref_spec(spec);
     check_ref_weights(spec, weights);

@@ -13,6 +13,7 @@
 #include "ref/ffn_tap.h"
 #include "ref/follow.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 
 namespace m3::ref {
 
@@ -27,6 +28,10 @@ struct RefOptions {
   // all-reduces after attention and the FFN, logits gathered. The same math; only the order of the
   // sums over the split dimensions changes. step_following is one rank's only (tp 1).
   int tp = 1;
+  // Ranks in other processes (an MPI job: runtime/mpi/mpi_communicator.h): this process is rank
+  // comm->rank() of comm->size() == tp and computes only its shard; traces are gathered from every
+  // rank. Null: the tp ranks are threads of this process.
+  std::shared_ptr<Communicator> comm;
 };
 
 class RefBackend : public Backend {

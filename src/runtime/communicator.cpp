@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -207,6 +208,12 @@ class LocalComm final : public Communicator {
 };
 
 }  // namespace
+
+bool mpi_launched() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
 
 LocalGroup::LocalGroup(int size, std::chrono::milliseconds timeout) : state_(std::make_shared<State>()) {
   M3_CHECK(size >= 1 && size <= 1024, "tensor-parallel group: size {} (1 to 1024 ranks)", size);

@@ -60,6 +60,10 @@ Agreement agree(Communicator& c, const Verdict& mine);
 // naming `what` and the ranks whose bytes differ from rank 0's.
 void check_same(Communicator& c, const void* data, size_t bytes, std::string_view what);
 
+// Whether this process was started by an MPI launcher (mpirun / mpiexec: Open MPI's, or a PMI
+// one): each process is then one rank (runtime/mpi/mpi_communicator.h).
+bool mpi_launched();
+
 // A group of `size` ranks inside one process (ranks as threads). rank(r) hands out rank r's
 // communicator (once per rank); collectives wait at most `timeout` for the other ranks.
 class LocalGroup {

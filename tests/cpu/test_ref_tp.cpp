@@ -102,7 +102,9 @@ TEST(RefTp, RankSlicesReassembleTheWeights) {
         EXPECT_EQ(lay(x).q_norm, L.q_norm);
         EXPECT_EQ(lay(x).wik.data, L.wik.data);
       }
-      if (spec.sparse(l)) EXPECT_EQ(row_concat([&](auto& x) -> const Mat& { return lay(x).wiq; }), L.wiq.data);
+      if (spec.sparse(l)) {
+        EXPECT_EQ(row_concat([&](auto& x) -> const Mat& { return lay(x).wiq; }), L.wiq.data);
+      }
       if (spec.moe(l)) {
         for (auto& x : r) EXPECT_EQ(lay(x).router.data, L.router.data);
         for (int e = 0; e < spec.num_experts; e += 5) {

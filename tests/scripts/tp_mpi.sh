@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# CTest of tensor parallelism across processes (docs/tensor-parallel.md): the CPU reference as
+# `mpirun -np N m3mono ... --tp N`, one rank per process, against the same ranks as threads and
+# against one rank:
+#   1. conformance of tiny-m3-a at --tp 2 under mpirun passes, with the same figures as the
+#      threaded --tp 2 run (the sums are added in rank order either way);
+#   2. generate at --tp 4 (KV heads replicated) under mpirun gives tp 1's greedy ids;
+#   3. a process count other than --tp is an error naming both;
+#   4. a rank killed mid-run (kill -9) makes the whole job exit non-zero within 10 s.
+# Skips (exit 0, saying so) when this build or machine has no MPI (mpirun, or m3mono built without it).
+#   bash tp_mpi.sh <m3mono-binary> <source-dir>
+set -euo pipefail
+bin="${1:?usage: tp_mpi.sh <m3mono-binary> <source-dir>}"
+src="${2:?usage: tp_mpi.sh <m3mono-binary> <source-dir>}"
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun (scripts/install-deps.sh installs Open MPI)"; exit 0; }
+ldd "$bin" | grep -q libmpi || { echo "SKIP: $bin was built without MPI"; exit 0; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+model="$src/tests/data/tiny-m3-a"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# 1. conformance, processes vs threads
+mpirun -np 2 "$bin" conformance --model "$model" --device cpu --tp 2 --threads 1 >"$tmp/mpi.txt" 2>"$tmp/mpi.err" ||
+  { cat "$tmp/mpi.txt" "$tmp/mpi.err"; fail "conformance under mpirun -np 2 --tp 2"; }
+"$bin" conformance --model "$model" --device cpu --tp 2 --threads 2 >"$tmp/thr.txt" 2>/dev/null || fail "threaded --tp 2"
+grep -q "PASS: 12 checks, 0 failed" "$tmp/mpi.txt" || { cat "$tmp/mpi.txt"; fail "no PASS line"; }
+grep -q "mpi rank 0" "$tmp/mpi.txt" || { cat "$tmp/mpi.txt"; fail "the report does not name the MPI rank"; }
+[ "$(grep -c '^PASS' "$tmp/mpi.txt")" = 1 ] || fail "more than one rank reported"
+diff <(grep '\[ ok \]' "$tmp/mpi.txt") <(grep '\[ ok \]' "$tmp/thr.txt") || fail "processes and threads differ"
+echo "ok: conformance at --tp 2 under mpirun equals the threaded ranks' figures"
+
+# 2. generate at --tp 4 (2 KV heads replicated over 4 ranks) equals tp 1
+ids1=$("$bin" generate --model "$model" --device cpu --prompt-ids 5,6,7,8 --max-tokens 12 2>/dev/null | tail -1)
+ids4=$(mpirun -np 4 "$bin" generate --model "$model" --device cpu --tp 4 --threads 1 --prompt-ids 5,6,7,8 \
+  --max-tokens 12 2>/dev/null | tail -1)
+[ -n "$ids1" ] && [ "$ids1" = "$ids4" ] || fail "tp 4 under mpirun: '$ids4', tp 1: '$ids1'"
+echo "ok: generate --tp 4 under mpirun -np 4: $ids4 (tp 1 the same)"
+
+# 3. process count and --tp disagree
+if mpirun -np 2 "$bin" generate --model "$model" --device cpu --tp 4 --prompt-ids 1 >"$tmp/bad.txt" 2>&1; then
+  fail "mpirun -np 2 with --tp 4 accepted"
+fi
+grep -q "tp 4 under mpirun -np 2" "$tmp/bad.txt" || { cat "$tmp/bad.txt"; fail "the error does not name both"; }
+echo "ok: -np 2 with --tp 4 refused"
+
+# 4. a rank killed mid-run: the job ends within 10 s, non-zero
+mpirun -np 2 "$bin" generate --model "$model" --device cpu --tp 2 --threads 1 --prompt-ids 1,2,3 \
+  --max-tokens 4000 >"$tmp/kill.txt" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 100); do  # the rank processes: m3mono children of mpirun
+  victim=$(pgrep -P "$job" -f "m3mono generate" | tail -1 || true)
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { kill "$job" 2>/dev/null; fail "no rank process found"; }
+sleep 1
+t0=$(date +%s)
+kill -9 "$victim"
+rc=0
+for _ in $(seq 100); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then kill -9 "$job"; fail "the job still runs 10 s after a rank was killed"; fi
+wait "$job" || rc=$?
+[ "$rc" -ne 0 ] || fail "the job exited 0 after a rank was killed"
+echo "ok: a killed rank ended the job in $(( $(date +%s) - t0 )) s with exit $rc"
