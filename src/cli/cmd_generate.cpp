@@ -16,6 +16,7 @@
 #include "model/load_weights.h"
 #include "model/spec.h"
 #include "ref/engine.h"
+#include "runtime/generate.h"
 #include "runtime/sampler.h"
 
 namespace m3::cli {
@@ -71,39 +72,20 @@ int run_generate(const GenerateArgs& a) {
   std::fprintf(stderr, "loaded %s (%s) in %.2f s\n", a.model.c_str(), backend->name().c_str(),
                std::chrono::duration<double>(t1 - t0).count());
 
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  std::iota(table.begin(), table.end(), 0);
-  SamplerState st{a.seed, 0};
-  std::vector<int32_t> out;
-  std::map<std::string, int> paths;      // steps per execution path
-  std::map<std::string, int> fallbacks;  // steps a preferred path declined, by reason
-  // One step and its token: sampled here from the logits, or with --device-sampling by the backend
-  // (SeqStep::sample, no logits copied back) with the same (seed, draw index).
-  auto step = [&](int32_t start, std::vector<int32_t> toks) {
-    SeqStep q{start, std::move(toks), table, false};
-    if (a.device_sampling) {
-      q.sample = SamplingRequest{sp, st};
-      q.want_logits = false;
-    }
-    StepOutput o = backend->step(StepBatch{{std::move(q)}});
-    ++paths[o.path];
-    if (!o.fallback_reason.empty()) ++fallbacks[o.fallback_reason];
-    if (a.device_sampling && !o.tokens.empty() && o.tokens[0] >= 0) {
-      if (sp.temperature != 0) st.draws++;
-      return int32_t(o.tokens[0]);
-    }
-    return int32_t(sample_token(o.row(0), o.vocab, sp, st));
-  };
-
-  auto p0 = std::chrono::steady_clock::now();
-  out.push_back(step(0, prompt));
-  auto p1 = std::chrono::steady_clock::now();
-  int pos = int(prompt.size());
-  while (int(out.size()) < a.max_tokens && !(a.stop_at_eos && out.back() == spec.eos_id)) out.push_back(step(pos++, {out.back()}));
-  auto p2 = std::chrono::steady_clock::now();
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = a.max_tokens;
+  req.sampling = sp;
+  req.seed = a.seed;
+  req.stop_id = a.stop_at_eos ? spec.eos_id : -1;
+  req.device_sampling = a.device_sampling;
+  const GenerateResult res = generate(*backend, req);
+  const std::vector<int32_t>& out = res.ids;
+  const auto& paths = res.paths;
+  const auto& fallbacks = res.fallbacks;
 
   std::printf("%s\n", fmt::format("{}", fmt::join(out, ",")).c_str());
-  double tp = std::chrono::duration<double>(p1 - p0).count(), td = std::chrono::duration<double>(p2 - p1).count();
+  double tp = res.prefill_s, td = res.decode_s;
   int nd = int(out.size()) - 1;
   std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s)\n", prompt.size(), tp, double(prompt.size()) / tp);
   if (nd > 0) std::fprintf(stderr, "decode: %d tokens in %.3f s (%.1f tokens/s)\n", nd, td, double(nd) / td);

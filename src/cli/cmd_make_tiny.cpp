@@ -9,12 +9,10 @@
 #include <cstdio>
 
 #include "cli/command.h"
-#include <fstream>
 
 #include "core/check.h"
 #include "model/synthetic.h"
-#include "text/tiny_chat_template.h"
-#include "text/tiny_tokenizer.h"
+#include "text/tiny_files.h"
 
 namespace m3::cli {
 namespace {
@@ -80,21 +78,7 @@ RunFn setup_make_tiny(CLI::App& app) {
       }
     };
     uint64_t bytes = write_synthetic_checkpoint(a->out, spec, opt);
-    std::string tokenizer_note;
-    if (spec.vocab_size >= text::tiny_tokenizer_min_vocab()) {
-      std::string path = a->out + "/tokenizer.json";
-      std::ofstream f(path, std::ios::binary);
-      f << text::tiny_tokenizer_json(spec.vocab_size, spec.bos_id, spec.eos_id);
-      M3_CHECK(f.good(), "make-tiny: cannot write '{}'", path);
-      const std::string tpath = a->out + "/chat_template.jinja";
-      std::ofstream t(tpath, std::ios::binary);
-      t << text::tiny_chat_template();
-      M3_CHECK(t.good(), "make-tiny: cannot write '{}'", tpath);
-      tokenizer_note = "; tokenizer.json (byte-level BPE, M3's added tokens) and chat_template.jinja (M3-style)";
-    } else {
-      tokenizer_note = fmt::format("; no tokenizer.json (vocab {} < {} needed for byte-level BPE)", spec.vocab_size,
-                                   text::tiny_tokenizer_min_vocab());
-    }
+    const std::string tokenizer_note = text::write_tiny_text_files(a->out, spec.vocab_size, spec.bos_id, spec.eos_id);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%s\n", fmt::format("wrote {} (preset {}, format {}, seed {}): {} layers ({} sparse), hidden {}, "
                                     "vocab {}, {:.1f} MB of tensors in {:.1f} s{}",

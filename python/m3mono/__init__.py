@@ -1,0 +1,88 @@
+"""m3mono: MiniMax-M3 inference from Python.
+
+Offline generation, mirroring vLLM's offline API::
+
+    import m3mono
+    m3mono.make_tiny("/tmp/tiny")                      # a synthetic checkpoint (released layout)
+    llm = m3mono.LLM("/tmp/tiny", device="cpu")        # "cuda", or "auto": CUDA when a GPU is visible
+    out = llm.generate([[1, 2, 3], "Hello"], m3mono.SamplingParams(max_tokens=8))
+    print(out[0].token_ids, out[1].text)
+
+Prompts are lists of token ids, or strings when the checkpoint has a tokenizer.json. Errors from
+the engine arrive as m3mono.Error (a ValueError) with the engine's message.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Union
+
+from ._m3mono import Engine, Error, info, make_tiny
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "Error", "make_tiny", "info"]
+
+
+@dataclass
+class SamplingParams:
+    """How new tokens are drawn: temperature 0 is greedy (lowest id wins ties); top_k 0 and top_p 1
+    are off; the same seed gives the same tokens (draw i of a request uses (seed, i))."""
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    stop_at_eos: bool = False
+
+
+@dataclass
+class RequestOutput:
+    prompt_token_ids: List[int]
+    token_ids: List[int]
+    text: Optional[str] = None  # when the checkpoint has a tokenizer
+
+
+class LLM:
+    """A model loaded once; generate() runs prompts one after another on it.
+
+    device: "auto" (CUDA when this build has it and a GPU is visible, else the CPU reference),
+    "cpu" or "cuda"; tp: tensor-parallel ranks (CPU reference: threads of this process);
+    mono: the fused decode path on CUDA; max_model_len: the longest prompt + new tokens
+    (default: 4096, at most the model's max_position_embeddings).
+    """
+
+    def __init__(self, model: str, device: str = "auto", tp: int = 1, mono: bool = False, threads: int = 0,
+                 max_model_len: int = 0):
+        self._engine = Engine(str(model), device, tp, mono, threads, max_model_len)
+
+    @property
+    def name(self) -> str:
+        return self._engine.name
+
+    @property
+    def max_model_len(self) -> int:
+        return self._engine.max_model_len
+
+    def encode(self, text: str) -> List[int]:
+        return list(self._engine.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._engine.decode([int(i) for i in ids])
+
+    def generate(self, prompts: Union[str, Sequence[int], Sequence[Union[str, Sequence[int]]]],
+                 sampling_params: Optional[SamplingParams] = None) -> List[RequestOutput]:
+        sp = sampling_params or SamplingParams()
+        if isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int)):
+            prompts = [prompts]  # one prompt
+        outs = []
+        for p in prompts:
+            if isinstance(p, str):
+                ids = self.encode(p)
+            else:
+                ids = [int(i) for i in p]
+                if not all(isinstance(i, int) for i in p):
+                    raise TypeError("a prompt is a string or a list of token ids")
+            new = list(self._engine.generate(ids, int(sp.max_tokens), float(sp.temperature), int(sp.top_k),
+                                             float(sp.top_p), int(sp.seed), bool(sp.stop_at_eos)))
+            text = self._engine.decode(new) if self._engine.has_tokenizer else None
+            outs.append(RequestOutput(prompt_token_ids=ids, token_ids=new, text=text))
+        return outs
