@@ -116,8 +116,6 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
   if (c.mono) std::fprintf(stderr, "note: --mono needs a GPU; the CPU reference runs every step\n");
   if (c.router_dtype != "float32" && c.weights != "prepared")
     std::fprintf(stderr, "note: --router-dtype applies to the prepared weights (CUDA, or --weights prepared)\n");
-  ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec, c.router_dtype == "bfloat16")
-                                           : load_model_weights(model_dir, spec);
   ref::RefOptions ro(std::max(c.cache_blocks, 1), c.threads);
   ro.tp = c.tp;
   if (c.tp > 1 && mpi_launched()) {  // one rank per process of the mpirun job
@@ -136,6 +134,13 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
 #endif
   }
   ro.cache.kv_dtype = ro.cache.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F32);
+  if (c.tp > 1 && c.weights == "checkpoint") {  // each rank reads only its slices of the files
+    SafetensorsSet files = SafetensorsSet::open(model_dir);
+    const WeightBinding binding = bind_weights(build_checkpoint_table(spec, files, model_dir), files);
+    return ref::make_ref_backend(spec, *make_weight_source(binding), ro);
+  }
+  ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec, c.router_dtype == "bfloat16")
+                                           : load_model_weights(model_dir, spec);
   return ref::make_ref_backend(spec, std::move(w), ro);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "model/prepare.h"
 
 namespace m3 {
 
@@ -42,67 +43,69 @@ int tp_rank_kv_head(const ModelSpec& spec, int rank, int tp) {
   return KV % tp == 0 ? rank * (KV / tp) : rank / (tp / KV);
 }
 
-namespace {
-
-Mat rows(const Mat& m, int r0, int n) {
-  Mat o(n, m.cols);
-  std::copy_n(m.row(r0), size_t(n) * size_t(m.cols), o.data.data());
-  return o;
-}
-Mat cols(const Mat& m, int c0, int n) {
-  Mat o(m.rows, n);
-  for (int r = 0; r < m.rows; ++r) std::copy_n(m.row(r) + c0, n, o.row(r));
-  return o;
-}
-MlpWeights mlp(const MlpWeights& w, int rank, int tp) {
-  if (w.gate.empty()) return {};
-  const int I = w.gate.rows / tp;
-  return MlpWeights{rows(w.gate, rank * I, I), rows(w.up, rank * I, I), cols(w.down, rank * I, I)};
-}
-
-}  // namespace
-
-ModelWeights tp_rank_weights(const ModelSpec& spec, const ModelWeights& w, int rank, int tp) {
+ModelWeights tp_rank_weights(const ModelSpec& spec, const WeightSource& src, int rank, int tp) {
   const ModelSpec rs = tp_rank_spec(spec, tp);
   M3_CHECK(rank >= 0 && rank < tp, "tensor parallelism: rank {} of {}", rank, tp);
-  M3_CHECK(w.layers.size() == size_t(spec.num_layers), "tensor parallelism: {} weight layers for a {}-layer model",
-           w.layers.size(), spec.num_layers);
+  const int H = spec.hidden;
+  auto mat = [&](WeightRole role, int layer, int expert, int r0, int nr, int c0, int nc) {
+    Mat m(nr, nc);
+    src.read_rows(WeightKey{role, layer, expert}, r0, nr, c0, nc, m.data.data());
+    return m;
+  };
+  auto vec = [&](WeightRole role, int layer, int n) {
+    Vec v(static_cast<size_t>(n));
+    src.read_rows(WeightKey{role, layer, -1}, 0, 1, 0, n, v.data());
+    return v;
+  };
+  // gate / up by rows, down by columns: this rank's share [rank I, (rank + 1) I) of the width
+  auto mlp = [&](WeightRole gate, WeightRole up, WeightRole down, int layer, int expert, int width) {
+    const int I = width / tp;
+    return MlpWeights{mat(gate, layer, expert, rank * I, I, 0, H), mat(up, layer, expert, rank * I, I, 0, H),
+                      mat(down, layer, expert, 0, H, rank * I, I)};
+  };
   ModelWeights o;
-  o.embed = w.embed;
+  o.embed = mat(WeightRole::Embed, -1, -1, 0, spec.vocab_size, 0, H);
   const int V = spec.vocab_size / tp;
-  o.lm_head = rows(w.lm_head, rank * V, V);
-  o.final_norm = w.final_norm;
+  o.lm_head = mat(WeightRole::LmHead, -1, -1, rank * V, V, 0, H);
+  o.final_norm = vec(WeightRole::FinalNorm, -1, H);
   const int qr = rs.q_dim(), kr = rs.kv_dim(), iqr = rs.index_heads * rs.index_dim;
   // the rank's first KV (and index) head: its slice, or the one replicated head its queries use
-  const int kv0 = tp_rank_kv_head(spec, rank, tp), iq0 = spec.index_heads > 0 ? kv0 : 0;
+  const int kv0 = tp_rank_kv_head(spec, rank, tp);
   for (int l = 0; l < spec.num_layers; ++l) {
-    const LayerWeights& L = w.layers[size_t(l)];
     LayerWeights R;
-    R.input_norm = L.input_norm;
-    R.post_norm = L.post_norm;
-    R.q_norm = L.q_norm;
-    R.k_norm = L.k_norm;
-    R.wq = rows(L.wq, rank * qr, qr);
-    R.wk = rows(L.wk, kv0 * spec.head_dim, kr);
-    R.wv = rows(L.wv, kv0 * spec.head_dim, kr);
-    R.wo = cols(L.wo, rank * qr, qr);
+    R.input_norm = vec(WeightRole::InputNorm, l, H);
+    R.post_norm = vec(WeightRole::PostNorm, l, H);
+    R.q_norm = vec(WeightRole::QNorm, l, spec.head_dim);
+    R.k_norm = vec(WeightRole::KNorm, l, spec.head_dim);
+    R.wq = mat(WeightRole::Wq, l, -1, rank * qr, qr, 0, H);
+    R.wk = mat(WeightRole::Wk, l, -1, kv0 * spec.head_dim, kr, 0, H);
+    R.wv = mat(WeightRole::Wv, l, -1, kv0 * spec.head_dim, kr, 0, H);
+    R.wo = mat(WeightRole::Wo, l, -1, 0, H, rank * qr, qr);
     if (spec.sparse(l)) {
-      R.wiq = rows(L.wiq, iq0 * spec.index_dim, iqr);
-      R.wik = L.wik;
-      R.iq_norm = L.iq_norm;
-      R.ik_norm = L.ik_norm;
+      R.wiq = mat(WeightRole::IndexWq, l, -1, kv0 * spec.index_dim, iqr, 0, H);
+      R.wik = mat(WeightRole::IndexWk, l, -1, 0, spec.index_dim, 0, H);
+      R.iq_norm = vec(WeightRole::IndexQNorm, l, spec.index_dim);
+      R.ik_norm = vec(WeightRole::IndexKNorm, l, spec.index_dim);
     }
     if (spec.moe(l)) {
-      R.router = L.router;
-      R.router_bias = L.router_bias;
-      for (const MlpWeights& e : L.experts) R.experts.push_back(mlp(e, rank, tp));
-      R.shared = mlp(L.shared, rank, tp);
+      R.router = mat(WeightRole::Router, l, -1, 0, spec.num_experts, 0, H);
+      R.router_bias = vec(WeightRole::RouterBias, l, spec.num_experts);
+      for (int e = 0; e < spec.num_experts; ++e)
+        R.experts.push_back(mlp(WeightRole::ExpertGate, WeightRole::ExpertUp, WeightRole::ExpertDown, l, e, spec.moe_inter));
+      if (spec.shared_inter > 0)
+        R.shared = mlp(WeightRole::SharedGate, WeightRole::SharedUp, WeightRole::SharedDown, l, -1, spec.shared_inter);
     } else {
-      R.dense = mlp(L.dense, rank, tp);
+      R.dense = mlp(WeightRole::DenseGate, WeightRole::DenseUp, WeightRole::DenseDown, l, -1, spec.dense_inter);
     }
     o.layers.push_back(std::move(R));
   }
   return o;
+}
+
+ModelWeights tp_rank_weights(const ModelSpec& spec, const ModelWeights& w, int rank, int tp) {
+  M3_CHECK(w.layers.size() == size_t(spec.num_layers), "tensor parallelism: {} weight layers for a {}-layer model",
+           w.layers.size(), spec.num_layers);
+  return tp_rank_weights(spec, *make_weight_source(w), rank, tp);
 }
 
 }  // namespace m3

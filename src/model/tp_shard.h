@@ -14,6 +14,10 @@
 #include "model/weights.h"
 
 namespace m3 {
+class WeightSource;  // model/prepare.h
+}
+
+namespace m3 {
 
 // The shape one rank computes with: heads and the three MLP widths divided by tp, KV and index
 // heads divided (or 1 when replicated); vocab_size stays the model's (token ids index the whole embedding). Throws, naming the
@@ -23,7 +27,11 @@ ModelSpec tp_rank_spec(const ModelSpec& spec, int tp, const std::string& origin 
 // The first KV head (global index) rank `rank` of `tp` holds (spec: the full model's).
 int tp_rank_kv_head(const ModelSpec& spec, int rank, int tp);
 
-// Rank `rank` of `tp`'s slices of the full-model weights w (spec: the full model's).
+// Rank `rank` of `tp`'s slices (spec: the full model's), read from a weight source row range by
+// row range: from a checkpoint's binding (model/prepare.h make_weight_source) a rank reads only
+// its slices of the files, never a whole tensor it does not hold.
+ModelWeights tp_rank_weights(const ModelSpec& spec, const WeightSource& src, int rank, int tp);
+// The same from the full-model weights w in memory.
 ModelWeights tp_rank_weights(const ModelSpec& spec, const ModelWeights& w, int rank, int tp);
 
 }  // namespace m3

@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstring>
 #include <thread>
 
 #include "core/check.h"
+#include "model/prepare.h"
 #include "model/tp_shard.h"
 #include "ref/check_model.h"
 #include "ref/forward.h"
@@ -120,6 +122,9 @@ void merge_traces(std::vector<SelectionTrace>& ranks, int64_t kv_width, size_t r
   }
 }
 
+// One rank's shard of the weights, built when the rank is.
+using RankWeights = std::function<ModelWeights(int rank)>;
+
 // A trace as bytes (the parts merge_traces reads) and back, for ranks in other processes.
 template <class T>
 void put(std::vector<uint8_t>& b, const T* p, size_t n) {
@@ -190,13 +195,12 @@ SelectionTrace trace_from(const uint8_t* p, const uint8_t* end) {
 // every rank (sizes first, then the padded bytes) and merged as the threaded ranks' are.
 class RefRankBackend final : public RefBackend {
  public:
-  RefRankBackend(ModelSpec spec, const ModelWeights& w, RefOptions opt) : spec_(spec), comm_(opt.comm) {
+  RefRankBackend(ModelSpec spec, const RankWeights& weights, RefOptions opt) : spec_(spec), comm_(opt.comm) {
     const int N = comm_->size();
     RefOptions ro = opt;
     ro.tp = 1;
     ro.comm = nullptr;
-    rank_ = std::make_unique<RefBackendImpl>(tp_rank_spec(spec, N), tp_rank_weights(spec, w, comm_->rank(), N), ro,
-                                             comm_.get());
+    rank_ = std::make_unique<RefBackendImpl>(tp_rank_spec(spec, N), weights(comm_->rank()), ro, comm_.get());
   }
   std::string name() const override { return fmt::format("cpu-ref tp{} (mpi rank {})", comm_->size(), comm_->rank()); }
   const ModelSpec& spec() const override { return spec_; }
@@ -246,7 +250,7 @@ class RefRankBackend final : public RefBackend {
 
 class RefTpBackend final : public RefBackend {
  public:
-  RefTpBackend(ModelSpec spec, const ModelWeights& w, RefOptions opt) : spec_(spec), group_(opt.tp) {
+  RefTpBackend(ModelSpec spec, const RankWeights& weights, RefOptions opt) : spec_(spec), group_(opt.tp) {
     const int N = opt.tp;
     const ModelSpec rs = tp_rank_spec(spec, N);
     const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -255,7 +259,7 @@ class RefTpBackend final : public RefBackend {
     ro.threads = std::max(1, (opt.threads > 0 ? opt.threads : hw) / N);
     for (int r = 0; r < N; ++r) {
       comms_.push_back(group_.rank(r));
-      ranks_.push_back(std::make_unique<RefBackendImpl>(rs, tp_rank_weights(spec, w, r, N), ro, comms_.back().get()));
+      ranks_.push_back(std::make_unique<RefBackendImpl>(rs, weights(r), ro, comms_.back().get()));
     }
   }
   std::string name() const override { return fmt::format("cpu-ref tp{}", ranks_.size()); }
@@ -302,22 +306,38 @@ class RefTpBackend final : public RefBackend {
 
 }  // namespace
 
-std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, ModelWeights weights, RefOptions opt) {
-  M3_CHECK(opt.threads >= 0, "reference backend: threads must be >= 0, got {}", opt.threads);
-  M3_CHECK(opt.tp >= 1, "reference backend: tensor-parallel size must be >= 1, got {}", opt.tp);
+namespace {
+std::unique_ptr<RefBackend> make_sharded(ModelSpec spec, const RankWeights& weights, const RefOptions& opt) {
+  check_ref_spec(spec);
+  tp_rank_spec(spec, opt.tp);  // a split that does not divide fails here, naming the dimension
   if (opt.comm) {
     M3_CHECK(opt.comm->size() == opt.tp, "reference backend: --tp {} in a group of {} processes (mpirun -np {})", opt.tp,
              opt.comm->size(), opt.comm->size());
-    check_ref_spec(spec);
-    check_ref_weights(spec, weights);
     return std::make_unique<RefRankBackend>(std::move(spec), weights, opt);
   }
-  if (opt.tp > 1) {
+  return std::make_unique<RefTpBackend>(std::move(spec), weights, opt);
+}
+void check_options(const RefOptions& opt) {
+  M3_CHECK(opt.threads >= 0, "reference backend: threads must be >= 0, got {}", opt.threads);
+  M3_CHECK(opt.tp >= 1, "reference backend: tensor-parallel size must be >= 1, got {}", opt.tp);
+}
+}  // namespace
+
+std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, ModelWeights weights, RefOptions opt) {
+  check_options(opt);
+  if (opt.tp > 1 || opt.comm) {
     check_ref_spec(spec);
     check_ref_weights(spec, weights);
-    return std::make_unique<RefTpBackend>(std::move(spec), weights, opt);
+    return make_sharded(spec, [&](int r) { return tp_rank_weights(spec, weights, r, opt.tp); }, opt);
   }
   return std::make_unique<RefBackendImpl>(std::move(spec), std::move(weights), opt);
+}
+
+std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, const WeightSource& src, RefOptions opt) {
+  check_options(opt);
+  if (opt.tp > 1 || opt.comm)
+    return make_sharded(spec, [&](int r) { return tp_rank_weights(spec, src, r, opt.tp); }, opt);
+  return std::make_unique<RefBackendImpl>(spec, tp_rank_weights(spec, src, 0, 1), opt);
 }
 
 }  // namespace m3::ref

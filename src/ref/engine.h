@@ -9,6 +9,10 @@
 #include <memory>
 
 #include "model/weights.h"
+
+namespace m3 {
+class WeightSource;  // model/prepare.h
+}
 #include "ref/cache_codec.h"
 #include "ref/ffn_tap.h"
 #include "ref/follow.h"
@@ -44,5 +48,9 @@ class RefBackend : public Backend {
 };
 
 std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, ModelWeights weights, RefOptions opt = {});
+// The same from a weight source (model/prepare.h: a checkpoint's binding, or host weights): each
+// rank (tp > 1) reads only its slices (model/tp_shard.h), so a rank of an MPI job never holds the
+// whole model. `src` is only read during the call.
+std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, const WeightSource& src, RefOptions opt = {});
 
 }  // namespace m3::ref

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -16,8 +17,11 @@
 
 #include "model/config.h"
 #include "model/load_weights.h"
+#include "model/prepare.h"
+#include "model/safetensors.h"
 #include "model/synthetic.h"
 #include "model/tp_shard.h"
+#include "model/weight_table.h"
 #include "ref/conformance.h"
 #include "ref/engine.h"
 #include "ref/golden.h"
@@ -281,4 +285,31 @@ TEST(RefTp, SplitsThatDoNotDivideNameTheDimension) {
   ref::RefOptions o{8, 1};
   o.tp = 0;
   EXPECT_THROW(ref::make_ref_backend(spec, w, o), Error);
+}
+
+TEST(RefTp, RanksReadOnlyTheirSlicesFromACheckpoint) {
+  // make_ref_backend from a checkpoint's binding (each rank reads its row / column ranges of the
+  // files) gives bitwise the logits of the ranks sliced from the whole weights in memory
+  const ModelSpec spec = tp4_spec();
+  SyntheticOptions so;
+  so.seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(so.seed));
+  const fs::path dir = fs::temp_directory_path() / ("m3_tp_src_" + std::to_string(so.seed));
+  write_synthetic_checkpoint(dir, spec, so);
+  const ModelWeights w = synthetic_weights(spec, so);
+  SafetensorsSet files = SafetensorsSet::open(dir);
+  const WeightBinding b = bind_weights(build_checkpoint_table(spec, files, dir), files);
+  std::vector<int32_t> toks{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8};
+  for (int tp : {2, 4}) {
+    ref::RefOptions o{4, 2};
+    o.tp = tp;
+    auto from_files = ref::make_ref_backend(spec, *make_weight_source(b), o);
+    auto from_memory = ref::make_ref_backend(spec, w, o);
+    const StepOutput a = from_files->step(one_seq(toks, 0, 4, true), nullptr);
+    const StepOutput m = from_memory->step(one_seq(toks, 0, 4, true), nullptr);
+    ASSERT_EQ(a.logits.size(), m.logits.size());
+    EXPECT_EQ(std::memcmp(a.logits.data(), m.logits.data(), a.logits.size() * 4), 0) << "tp " << tp;
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
