@@ -16,6 +16,7 @@
 #include "bench/report.h"
 #include "bench/stats.h"
 #include "bench/step_bytes.h"
+#include "common/prepared_tensors.h"
 #include "common/random.h"
 #include "core/check.h"
 #include "model/footprint.h"
@@ -27,15 +28,7 @@ using namespace m3::bench;
 
 namespace {
 
-std::vector<const PTensor*> layer_tensors(const PreparedLayerLayout& Y) {
-  std::vector<const PTensor*> v;
-  for (const PTensor* t : {&Y.input_norm, &Y.post_norm, &Y.q_norm, &Y.k_norm, &Y.iq_norm, &Y.ik_norm, &Y.qkv.codes,
-                           &Y.qkv.scales, &Y.o.codes, &Y.o.scales, &Y.dense_gate_up, &Y.dense_down, &Y.router,
-                           &Y.router_bias, &Y.w13.codes, &Y.w13.scales, &Y.w2.codes, &Y.w2.scales,
-                           &Y.shared_w13.codes, &Y.shared_w13.scales, &Y.shared_w2.codes, &Y.shared_w2.scales})
-    if (!t->empty()) v.push_back(t);
-  return v;
-}
+using test::layer_tensors;
 
 }  // namespace
 

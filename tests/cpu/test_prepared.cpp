@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 
+#include "common/prepared_tensors.h"
 #include "core/codecs.h"
 #include "model/prepare.h"
 #include "model/quantize.h"
@@ -22,16 +23,7 @@ using namespace m3;
 
 namespace {
 
-std::vector<const PTensor*> all_tensors(const PreparedLayout& L) {
-  std::vector<const PTensor*> v{&L.embed, &L.lm_head, &L.final_norm};
-  for (const auto& Y : L.layers)
-    for (const PTensor* t : {&Y.input_norm, &Y.post_norm, &Y.q_norm, &Y.k_norm, &Y.iq_norm, &Y.ik_norm,
-                             &Y.qkv.codes, &Y.qkv.scales, &Y.o.codes, &Y.o.scales, &Y.dense_gate_up, &Y.dense_down,
-                             &Y.router, &Y.router_bias, &Y.w13.codes, &Y.w13.scales, &Y.w2.codes, &Y.w2.scales,
-                             &Y.shared_w13.codes, &Y.shared_w13.scales, &Y.shared_w2.codes, &Y.shared_w2.scales})
-      if (!t->empty()) v.push_back(t);
-  return v;
-}
+std::vector<const PTensor*> all_tensors(const PreparedLayout& L) { return test::prepared_tensors(L); }
 
 void expect_same(const Mat& got, const Mat& want, const std::string& what) {
   ASSERT_EQ(got.rows, want.rows) << what;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <random>
 
+#include "common/prepared_tensors.h"
 #include "core/parallel.h"
 #include "model/prepare.h"
 #include "model/safetensors.h"
@@ -31,12 +32,7 @@ std::vector<uint8_t> device_bytes(const native::PreparedWeights& pw) {
 
 // Compares every tensor byte (alignment gaps are never written and not compared).
 void expect_same_tensors(const PreparedLayout& L, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-  std::vector<const PTensor*> ts{&L.embed, &L.lm_head, &L.final_norm};
-  for (const auto& Y : L.layers)
-    for (const PTensor* t : {&Y.input_norm, &Y.post_norm, &Y.q_norm, &Y.k_norm, &Y.iq_norm, &Y.ik_norm, &Y.qkv.codes,
-                             &Y.qkv.scales, &Y.o.codes, &Y.o.scales, &Y.dense_gate_up, &Y.dense_down, &Y.router,
-                             &Y.router_bias, &Y.w13.codes, &Y.w13.scales, &Y.w2.codes, &Y.w2.scales})
-      ts.push_back(t);
+  const std::vector<const PTensor*> ts = test::prepared_tensors(L);
   size_t diff = 0, first = 0;
   for (const PTensor* t : ts)
     for (uint64_t i = t->offset; i < t->offset + t->bytes; ++i)
