@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/fused_norm.cuh"
 #include "kernels/gemv_params.h"
 #include "kernels/swiglu.cuh"
 #include "kernels/weight_stream.cuh"
@@ -42,6 +43,11 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g
 #pragma unroll
   for (int r = 0; r < R; ++r) wrow[r] = p.w + int64_t(min(n0 + r, p.N - 1)) * p.ld_w;
 
+  // the norm's inv per token (norm_apply; computed here from the chunk sums, published by
+  // block_sum's first barrier)
+  float* inv = smem + gemv_inv_offset_floats(MT);
+  norm_inv_rows(p.nin, g, inv);
+  auto normed = [&](float v, int t) { return norm_apply(p.nin, inv, t, v); };
   for (int t0 = t_begin; t0 < t_end; t0 += MT) {
     float acc[MT * R];
 #pragma unroll
@@ -79,7 +85,7 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g
         if (t < t_end && n < p.N) {
           float v = smem[tid];
           if constexpr (W == WeightFmt::FP8) v *= p.w_scale[n];
-          p.y[int64_t(t) * p.ld_y + n] = v;
+          p.y[int64_t(t) * p.ld_y + n] = normed(v, t);
         }
       }
     } else if (tid < MT * R / 2) {
@@ -90,6 +96,8 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g
           g *= p.w_scale[n];
           u *= p.w_scale[n + 1];
         }
+        g = normed(g, t);
+        u = normed(u, t);
         p.y[int64_t(t) * p.ld_y + n / 2] = swiglu_oai_f32(g, u, p.alpha, p.limit);
       }
     }

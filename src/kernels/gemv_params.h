@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/formats.h"
+#include "kernels/fused_norm_params.h"
 #include "kernels/work.h"
 
 namespace m3::kernels {
@@ -26,12 +27,15 @@ struct GemvParams {
   WeightFmt wfmt = WeightFmt::FP8;
   ActFmt xfmt = ActFmt::F32;
   int token_groups = 1;
+  NormIn nin;  // fused RMS norm (fused_norm_params.h): outputs times their token's inv
 };
 
 // Rows per work item and chunks in flight per row, by tokens per pass.
 M3_HOST_DEVICE constexpr int gemv_rows_per_item(int mt) { return mt <= 4 ? 4 : 2; }
 M3_HOST_DEVICE constexpr int gemv_chunks_in_flight(int mt) { return mt <= 2 ? 4 : 2; }
-M3_HOST_DEVICE constexpr int gemv_smem_floats(int mt) { return (kGemvThreads / 32) * mt * gemv_rows_per_item(mt); }
+// The block sums, then the fused norm's inv per token.
+M3_HOST_DEVICE constexpr int gemv_inv_offset_floats(int mt) { return (kGemvThreads / 32) * mt * gemv_rows_per_item(mt); }
+M3_HOST_DEVICE constexpr int gemv_smem_floats(int mt) { return gemv_inv_offset_floats(mt) + kFusedNormMaxRows; }
 M3_HOST_DEVICE inline int gemv_work_items(int N, int mt) { return int(ceil_div(N, gemv_rows_per_item(mt))); }
 
 // Work item w = (row item w % gemv_work_items, token group w / gemv_work_items).

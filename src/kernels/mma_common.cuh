@@ -135,8 +135,8 @@ __device__ __forceinline__ float running_total(const float* wsmem, const float (
 
 // ---- the epilogues both kernels share ----
 // A tile of rows n0 .. n0 + 16 RT - 1 and tokens t0 .. t0 + 8 NT - 1 (tokens at or past t_end and
-// rows at or past N are not stored). value(n, total) turns row n's chain total into its output
-// (a row scale, or nothing); store(token, column, v) writes one output. With SwiGLU, rows 2j and
+// rows at or past N are not stored). value(n, token, total) turns row n's chain total for a token
+// (column) into its output (a row scale, a fused norm's inv, or nothing); store(token, column, v) writes one output. With SwiGLU, rows 2j and
 // 2j + 1 are gate j and up j: store(token, j + n0 / 2, swiglu_oai(gate, up)).
 
 // Wide: the chain partials of P warps are in smem (store_partials, then the group synchronized);
@@ -149,14 +149,14 @@ __device__ __forceinline__ void wide_epilogue(const float* smem, int P, int n0, 
   if (!swiglu) {
     for (int o = g.tid; o < RT * 16 * 8 * NT; o += g.nthreads) {
       const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, tk = t0 + c;
-      if (n < N && tk < t_end) store(tk, n, value(n, total(r >> 4, c, r & 15)));
+      if (n < N && tk < t_end) store(tk, n, value(n, tk, total(r >> 4, c, r & 15)));
     }
   } else {
     for (int o = g.tid; o < RT * 8 * 8 * NT; o += g.nthreads) {
       const int j = o % (8 * RT), c = o / (8 * RT), r = 2 * j, n = n0 + r, tk = t0 + c;
       if (n + 1 < N && tk < t_end) {
-        const float gate = value(n, total(r >> 4, c, r & 15));
-        const float up = value(n + 1, total(r >> 4, c, (r & 15) + 1));
+        const float gate = value(n, tk, total(r >> 4, c, r & 15));
+        const float up = value(n + 1, tk, total(r >> 4, c, (r & 15) + 1));
         store(tk, n / 2, swiglu_oai_f32(gate, up, alpha, limit));
       }
     }
@@ -177,8 +177,8 @@ __device__ __forceinline__ void deep_epilogue(const float* wsmem, const float (&
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float tot = running_total<RT, NT>(wsmem, last, P, rt, nt, i, lane);
-        const int n = n0 + rt * 16 + g + 8 * (i >> 1);
-        v[i] = n < N ? value(n, tot) : 0.f;
+        const int n = n0 + rt * 16 + g + 8 * (i >> 1), tk = t0 + nt * 8 + 2 * t + (i & 1);
+        v[i] = n < N ? value(n, tk, tot) : 0.f;
       }
       if (!swiglu) {
 #pragma unroll

@@ -56,6 +56,7 @@
 
 #include "core/weight_tiles.h"
 #include "kernels/bulk_copy.cuh"
+#include "kernels/fused_norm.cuh"
 #include "kernels/mma_common.cuh"
 #include "kernels/mma_params.h"
 #include "kernels/swiglu.cuh"
@@ -401,13 +402,47 @@ struct EarlyScale {
   }
 };
 
+// The epilogue of every wide walk (register, staged, streamed): the row scale (scale: scaled() or
+// an EarlyScale), the norm's halves (p.nin: times the token's inv, from p.nin.inv or computed by
+// norm_inv_rows at mma_inv_offset_floats before the group's last barrier; p.nout: added into the
+// residual stream with the next norm's z and chunk sums instead of stored in y), the store.
+// NORM: which of them the caller's op has (kNormAny: decided from p at run time; the decode tile
+// is instantiated per mode so that its walk does not pay for the others' code).
+template <WeightFmt W, int RT, int NT, int NORM, class Scale>
+__device__ __forceinline__ void linear_epilogue(const MmaLinearParams& p, const float* smem, int n0, int t0, Group g,
+                                                const Scale& scale) {
+  const int P = p.chains;
+  // the inv of token tk at inv[tk] (shared or global memory), or no norm
+  const float* inv = nullptr;
+  if constexpr (NORM == kNormAny || NORM == kNormIn)
+    inv = norm_inv_local(p.nin) ? smem + mma_inv_offset_floats(RT, NT, P) : p.nin.inv;
+  auto value = [&](int n, int tk, float tot) {
+    const float v = scale(p, tot, n);
+    return inv ? __fmul_rn(v, inv[tk]) : v;
+  };
+  if ((NORM == kNormAny || NORM == kNormOut) && p.nout.res) {
+    // no SwiGLU and N % 16 == 0 (make_mma_linear_params): the 16 rows of a chunk are 16
+    // consecutive threads (a half warp), and the loop's trip count is the same for every lane
+    for (int o = g.tid; o < RT * 16 * 8 * NT; o += g.nthreads) {
+      const int r = o % (16 * RT), c = o / (16 * RT), n = n0 + r, tk = t0 + c;
+      const bool live = n < p.N && tk < p.M;
+      const float v = live ? value(n, tk, ordered_total<RT, NT>(smem, P, r >> 4, c, r & 15)) : 0.f;
+      norm_out_element(p.nout, live, tk, n, v, g.lane());
+    }
+    return;
+  }
+  if constexpr (NORM != kNormOut)
+    wide_epilogue<RT, NT>(smem, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g, value,
+                          [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
+}
+
 }  // namespace mma
 
 // ---- wide mode: one item = one tile, warp j of the group = chain j ----
 // tile_n: row tile index (rows 16*RT*tile_n ..), tile_t: token tile (tokens 8*NT*tile_t ..).
 // smem: mma_wide_smem_floats(RT, NT, p.chains) floats. The group has at least p.chains warps;
 // warps past the chains only help with the epilogue. Synchronizes the group.
-template <WeightFmt W, ActFmt X, int RT, int NT>
+template <WeightFmt W, ActFmt X, int RT, int NT, int NORM = kNormAny>
 __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, int tile_n, int tile_t, Group g,
                                                      float* smem) {
   const int lane = g.lane(), warp = g.warp(), P = p.chains;
@@ -420,10 +455,11 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
                                  lane, chain);
     mma::store_partials<RT, NT>(chain, warp, lane, smem);
   }
+  // the norm's inv after the walk (before it, its code made the walk spill)
+  if constexpr (NORM == kNormIn) norm_inv_rows_call(p.nin, g, smem + mma_inv_offset_floats(RT, NT, P));
+  else if constexpr (NORM == kNormAny) norm_inv_rows(p.nin, g, smem + mma_inv_offset_floats(RT, NT, P));
   g.sync();
-  mma::wide_epilogue<RT, NT>(
-      smem, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g, [&](int n, float tot) { return scale(p, tot, n); },
-      [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
+  mma::linear_epilogue<W, RT, NT, NORM>(p, smem, n0, t0, g, scale);
   g.sync();  // smem is reused by the group's next item
 }
 
@@ -457,6 +493,7 @@ __device__ __forceinline__ void mma_linear_staged_item(const MmaLinearParams& p,
   const int n0 = tile_n * 16, t0 = tile_t * 8;
   const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
   const mma::EarlyScale<W, 1, 1> scale(p, n0, g);
+  norm_inv_rows(p.nin, g, part + mma_inv_offset_floats(1, 1, P));
   if (warp < P) {
     float chain[1][1][4];
     mma::chain_sum<W, X, 1, 1, true>(p, n0, t0, mma::chain_begin(warp, blocks, P),
@@ -464,9 +501,7 @@ __device__ __forceinline__ void mma_linear_staged_item(const MmaLinearParams& p,
     mma::store_partials<1, 1>(chain, warp, lane, part);
   }
   g.sync();
-  mma::wide_epilogue<1, 1>(
-      part, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g, [&](int n, float tot) { return scale(p, tot, n); },
-      [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
+  mma::linear_epilogue<W, 1, 1, kNormAny>(p, part, n0, t0, g, scale);
   g.sync();  // smem (and the tile) are reused by the group's next item
 }
 
@@ -488,16 +523,16 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
   }
   mma::deep_epilogue<RT, NT>(
       wsmem, chain, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, lane,
-      [&](int n, float tot) { return mma::scaled<W>(p, tot, n); },
+      [&](int n, int tk, float tot) { return norm_apply(p.nin, nullptr, tk, mma::scaled<W>(p, tot, n)); },
       [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
 }
 
 // ---- the ops (mma_linear_shape) ----
 // Wide, any tiling: item = (row tile, token tile), row tile fastest.
-template <WeightFmt W, ActFmt X, int RT, int NT>
+template <WeightFmt W, ActFmt X, int RT, int NT, int NORM = kNormAny>
 __device__ __forceinline__ void mma_linear_wide_item(const MmaLinearParams& p, int64_t w, Group g, uint8_t* smem) {
   const int tiles_n = mma_row_tiles(p);
-  mma_linear_wide_work<W, X, RT, NT>(p, int(w % tiles_n), int(w / tiles_n), g, reinterpret_cast<float*>(smem));
+  mma_linear_wide_work<W, X, RT, NT, NORM>(p, int(w % tiles_n), int(w / tiles_n), g, reinterpret_cast<float*>(smem));
 }
 template <WeightFmt W, ActFmt X, int RT, int NT>
 struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
@@ -508,11 +543,15 @@ struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
 };
 // The decode tile (1 x 1) held to 72 registers: 28 warps per SM, so two items of up to 14 warps
 // share an SM (mma_linear_chains aims at 14 warps per SM: one wave).
-template <WeightFmt W, ActFmt X>
+// NORM: the norm's halves it handles (kNormNone, kNormIn: p.nin, kNormOut: p.nout; native's
+// launcher picks by mma_norm_mode, so that the plain tile's code is what it was and each mode
+// spills no more than it must at 72 registers; kNormAny: all, decided from p, the mono kernel's
+// one body for every mode: measured faster there than one body per mode, 2026-12-03).
+template <WeightFmt W, ActFmt X, int NORM = kNormNone>
 struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 72> {
   using Params = MmaLinearParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
-    mma_linear_wide_item<W, X, 1, 1>(p, w, g, smem);
+    mma_linear_wide_item<W, X, 1, 1, NORM>(p, w, g, smem);
   }
   // The same item with its weight rows staged at tile (mma_stage_tile); the same bits.
   __device__ static void run_staged(const Params& p, int64_t w, Group g, uint8_t* smem, const uint8_t* tile) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/formats.h"
+#include "kernels/fused_norm_params.h"
 #include "kernels/work.h"
 
 namespace m3::kernels {
@@ -36,6 +37,12 @@ struct MmaLinearParams {
   // FP8 weights only: 1, w in the tiled layout of core/weight_tiles.h (16-row tiles, block-major;
   // ld_w % 64 == 0), else row-major. The same codes, so the same sums and bits.
   int tiled = 0;
+  // Fused RMS norms (kernels/fused_norm_params.h; wide mode only): nin.ss set, the activations are
+  // a producer's r (1 + w) and every output is multiplied by its token's inv; nout.res set (no
+  // SwiGLU, N % 16 == 0), the outputs are not stored in y but added into the residual stream with
+  // the next norm's z and chunk sums.
+  NormIn nin;
+  NormOut nout;
 };
 
 // P: enough warps in flight to stream the weights at decode (about 14 per SM over the ceil(N/16)
@@ -55,7 +62,11 @@ M3_HOST_DEVICE inline int mma_linear_chains(int N, int K, int sms) {
 
 // Shared memory of the two walks (kernels/mma_common.cuh): wide, the chain partials of P warps
 // (part[P][rt][8 nt columns][17]); deep, each warp's running totals.
-M3_HOST_DEVICE constexpr int mma_wide_smem_floats(int rt, int nt, int chains) { return chains * rt * 8 * nt * 17; }
+// Wide item shared memory: the chain partials, then the fused norm's inv per token.
+M3_HOST_DEVICE constexpr int mma_inv_offset_floats(int rt, int nt, int chains) { return chains * rt * 8 * nt * 17; }
+M3_HOST_DEVICE constexpr int mma_wide_smem_floats(int rt, int nt, int chains) {
+  return mma_inv_offset_floats(rt, nt, chains) + kFusedNormMaxRows;
+}
 M3_HOST_DEVICE constexpr int mma_deep_smem_floats_per_warp(int rt, int nt) { return rt * nt * 4 * 32; }
 
 // Staged decode tiles (mma_linear.cuh, mma_stage_tile): the 16 weight rows of one row tile of the
@@ -89,6 +100,13 @@ M3_HOST_DEVICE constexpr int mma_stream_tile_offset(int chains) {
 }
 M3_HOST_DEVICE inline int mma_stream_smem_bytes(int K, int chains) {
   return mma_stream_tile_offset(chains) + chains * 16 * mma_stream_stride(K, chains);
+}
+
+// The norm's halves an op's epilogue handles (kernels/fused_norm_params.h), for the instantiations
+// of the decode tile: none, the consumer (p.nin), the producer (p.nout); kNormAny: decided from p.
+constexpr int kNormNone = 0, kNormIn = 1, kNormOut = 2, kNormAny = -1;
+M3_HOST_DEVICE inline int mma_norm_mode(const MmaLinearParams& p) {
+  return p.nout.res ? kNormOut : (p.nin.ss || p.nin.inv) ? kNormIn : kNormNone;
 }
 
 M3_HOST_DEVICE inline int mma_row_tiles(const MmaLinearParams& p) { return (p.N + 16 * p.rt - 1) / (16 * p.rt); }

@@ -41,6 +41,7 @@ __device__ __forceinline__ void mma_stream_item(const MmaLinearParams& p, int64_
   const int lane = g.lane(), warp = g.warp();
   const int gq = lane >> 2, t = lane & 3;
   const EarlyScale<WeightFmt::FP8, 1, 1> scale(p, n0, g);
+  norm_inv_rows(p.nin, g, part + mma_inv_offset_floats(1, 1, P));
 
   if (warp < P) {
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem + mma_stream_bar_offset(P)) + warp;
@@ -117,9 +118,7 @@ __device__ __forceinline__ void mma_stream_item(const MmaLinearParams& p, int64_
   }
   g.sync();
   if (warp < P && lane == 0) mbar_inval(reinterpret_cast<uint64_t*>(smem + mma_stream_bar_offset(P)) + warp);
-  wide_epilogue<1, 1>(
-      part, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, g, [&](int n, float tot) { return scale(p, tot, n); },
-      [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
+  linear_epilogue<WeightFmt::FP8, 1, 1, kNormAny>(p, part, n0, t0, g, scale);
   g.sync();  // shared memory is reused by the group's next item (the barriers are invalid by now)
 }
 

@@ -155,7 +155,7 @@ __device__ __forceinline__ void act_frag(const uint4& hi, const uint4& lo, int o
 
 // The split group of fp32 elements x[8G .. 8G + 7] (k = 8G; row readable up to round_up(K, 4)
 // elements): zero at or past K.
-__device__ __forceinline__ void split_group(const float* xr, int k, int K, uint4& hi, uint4& lo) {
+__device__ __forceinline__ void split_group(const float* xr, int k, int K, uint4& hi, uint4& lo, float scale = 1.f) {
   float v[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) v[i] = 0.f;
@@ -168,6 +168,9 @@ __device__ __forceinline__ void split_group(const float* xr, int k, int K, uint4
     for (int i = 0; i < 8; ++i)
       if (k + i < K) v[i] = xr[k + i];
   }
+  if (scale != 1.f)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(v[i], scale);
   mma::split_hi_lo(v[0], v[4], hi.x, lo.x);
   mma::split_hi_lo(v[1], v[5], hi.y, lo.y);
   mma::split_hi_lo(v[2], v[6], hi.z, lo.z);
@@ -457,7 +460,7 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
     }
     g.sync();
     mma::wide_epilogue<RT, NT>(
-        smem, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, g, [](int, float tot) { return tot; },
+        smem, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, g, [](int, int, float tot) { return tot; },
         [&](int pp, int col, float v) {
           p.y[int64_t(pp) * p.ld_y + col] = v;
           if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, col, v);
@@ -513,7 +516,7 @@ __device__ __forceinline__ void moe_mma_staged_item(const MoeMmaParams& p, int64
     }
     g.sync();
     mma::wide_epilogue<RT, 1>(
-        part, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, g, [](int, float tot) { return tot; },
+        part, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, g, [](int, int, float tot) { return tot; },
         [&](int pp, int col, float v) {
           p.y[int64_t(pp) * p.ld_y + col] = v;
           if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, col, v);
@@ -567,7 +570,7 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
       mma::add_running<RT, NT>(wsmem, chain, j, lane);
     }
     mma::deep_epilogue<RT, NT>(
-        wsmem, chain, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, lane, [](int, float tot) { return tot; },
+        wsmem, chain, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, lane, [](int, int, float tot) { return tot; },
         [&](int pp, int col, float v) {
           p.y[int64_t(pp) * p.ld_y + col] = v;
           if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, col, v);
@@ -577,9 +580,12 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row
 
 // ---- the split of fp32 activations (the header's layout) ----
 // Work item (row, group G): xs[row] group G from x[row][8G .. 8G + 7]; groups up to ld_xs / 16.
-__device__ __forceinline__ void moe_split_work(const MoeSplitParams& p, int row, int G) {
+// With the norm's halves (p.nin), x is the prep half's z and the split is of z * inv (the
+// normalized row: the experts then need no inv); inv: the row's, computed by the item (norm_inv_rows)
+// or handed in.
+__device__ __forceinline__ void moe_split_work(const MoeSplitParams& p, int row, int G, float inv) {
   uint4 hi, lo;
-  moe_mma::split_group(p.x + int64_t(row) * p.ld_x, 8 * G, p.K, hi, lo);
+  moe_mma::split_group(p.x + int64_t(row) * p.ld_x, 8 * G, p.K, hi, lo, inv);
   uint4* d = reinterpret_cast<uint4*>(p.xs + int64_t(row) * p.ld_xs + 16 * int64_t(G));
   d[0] = hi;
   d[1] = lo;
@@ -588,10 +594,24 @@ __device__ __forceinline__ void moe_split_work(const MoeSplitParams& p, int row,
 // ---- the ops (moe_params.h shapes) ----
 struct MoeSplitOp : OpBounds<kMoeSplitThreads> {
   using Params = MoeSplitParams;
-  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t*) {
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
     const int64_t slices = ceil_div(p.ld_xs / 16, kMoeSplitThreads);
-    const int G = int(w % slices) * kMoeSplitThreads + g.tid;
-    if (G < p.ld_xs / 16) moe_split_work(p, int(w / slices), G);
+    const int G = int(w % slices) * kMoeSplitThreads + g.tid, row = int(w / slices);
+    float inv = 1.f;
+    if (p.nin.ss) {  // the row's inv from the chunk sums, by warp 0, shared through smem
+      float* s = reinterpret_cast<float*>(smem);
+      if (g.warp() == 0) {
+        const int C = norm_chunks(p.nin.n);
+        const float v = norm_inv_warp(p.nin.ss + int64_t(row) * C, C, p.nin.n, p.nin.eps, g.lane());
+        if (g.lane() == 0) s[0] = v;
+      }
+      g.sync();
+      inv = s[0];
+      g.sync();  // smem is reused by the group's next item
+    } else if (p.nin.inv) {
+      inv = p.nin.inv[row];
+    }
+    if (G < p.ld_xs / 16) moe_split_work(p, row, G, inv);
   }
 };
 

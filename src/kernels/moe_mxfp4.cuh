@@ -23,6 +23,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/fused_norm.cuh"
 #include "kernels/moe_params.h"
 #include "kernels/swiglu.cuh"
 #include "kernels/weight_stream.cuh"
@@ -116,6 +117,10 @@ __device__ __forceinline__ void rows_pass(const MoeGemvParams& p, const uint8_t*
 #pragma unroll
   for (int t = 0; t < MT; ++t) {
     if (t >= n) break;
+    if (p.nin.inv) {
+      acc[t][0] = norm_apply(p.nin, nullptr, xrow[t], acc[t][0]);
+      acc[t][1] = norm_apply(p.nin, nullptr, xrow[t], acc[t][1]);
+    }
     float* y = p.y + int64_t(p0 + t) * p.ld_y;
     if (p.swiglu) {
       if (n0 + 1 < p.N) y[n0 / 2] = swiglu_oai_f32(acc[t][0], acc[t][1], p.alpha, p.limit);
@@ -151,15 +156,22 @@ __device__ __forceinline__ void moe_gemv_work(const MoeGemvParams& p, int work, 
 // Work item = (token t, slice c of the group's nthreads hidden channels): thread i sums channel
 // c * nthreads + i over the shared expert and the K choices in k order. One channel per thread, so
 // no thread walks the row (a loop over the row would serialize its loads behind the stores).
+// With the fused norm (p.nout; H % 16 == 0) the sum goes into the residual stream instead of out:
+// a chunk's 16 channels are a half warp of the group.
 __device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int t, int c, Group g) {
   const int h = c * g.nthreads + g.tid;
-  if (h >= p.H) return;
-  float acc = p.shared_base >= 0 ? p.y[int64_t(p.shared_base + t) * p.ld_y + h] : 0.f;
-  for (int k = 0; k < p.K; ++k) {
-    const int i = t * p.K + k;
-    acc = fmaf(p.topk_w[i], p.y[int64_t(p.pos_of[i]) * p.ld_y + h], acc);
+  const bool live = h < p.H;
+  if (!live && !p.nout.res) return;
+  float acc = 0.f;
+  if (live) {
+    if (p.shared_base >= 0) acc = p.y[int64_t(p.shared_base + t) * p.ld_y + h];
+    for (int k = 0; k < p.K; ++k) {
+      const int i = t * p.K + k;
+      acc = fmaf(p.topk_w[i], p.y[int64_t(p.pos_of[i]) * p.ld_y + h], acc);
+    }
   }
-  p.out[int64_t(t) * p.ld_out + h] = acc;
+  if (p.nout.res) norm_out_element(p.nout, live, t, h, acc, g.lane());
+  else p.out[int64_t(t) * p.ld_out + h] = acc;
 }
 
 // ---- the ops (moe_params.h shapes) ----

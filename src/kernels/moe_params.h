@@ -115,11 +115,13 @@ struct MoeSplitParams {
   int K = 0, M = 0;
   uint16_t* xs = nullptr;    // [M][ld_xs]
   int64_t ld_xs = 0;         // uint16 per row (groups up to ld_xs / 16)
+  NormIn nin;                // the norm's halves (fused_norm_params.h): x is z, the split is of z * inv
 };
 constexpr int kMoeSplitThreads = 256;
-// Item = (slice of 256 groups, row), slice fastest; one group per thread.
+// Item = (slice of 256 groups, row), slice fastest; one group per thread. smem: the row's inv
+// (nin.ss).
 M3_HOST_DEVICE inline WorkShape moe_split_shape(const MoeSplitParams& p) {
-  return {ceil_div(p.ld_xs / 16, kMoeSplitThreads) * p.M, kMoeSplitThreads, 0};
+  return {ceil_div(p.ld_xs / 16, kMoeSplitThreads) * p.M, kMoeSplitThreads, p.nin.ss ? 16 : 0};
 }
 
 // ---- CUDA cores (moe_mxfp4.cuh) ----
@@ -148,6 +150,7 @@ struct MoeGemvParams {
   // Launch layout (native): warp items (max entries x groups), tokens per pass (1, 4 or 8).
   int64_t warp_items = 0;
   int mt = 1;
+  NormIn nin;  // the norm's inv (fused_norm_params.h; nin.inv only): outputs times their row's inv
 };
 
 inline int moe_gemv_groups(int N) { return (N + kMoeRowsPerWarp - 1) / kMoeRowsPerWarp; }
@@ -165,6 +168,7 @@ struct MoeCombineParams {
   int M = 0, K = 0, H = 0;
   float* out = nullptr;             // [M][ld_out]
   int64_t ld_out = 0;
+  NormOut nout;  // fused RMS norm (fused_norm_params.h): set, out is not written
 };
 constexpr int kMoeCombineThreads = 256;
 // Item = (slice of 256 channels, token), slice fastest; one channel per thread.

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/codecs.h"
+#include "kernels/fused_norm.cuh"
 #include "kernels/rmsnorm_params.h"
 #include "kernels/weight_stream.cuh"
 #include "kernels/work_kernel.cuh"
@@ -24,6 +25,32 @@ __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, Gr
   const float* x = p.x + int64_t(row) * p.ld_x;
   const float* res = p.residual ? p.residual + int64_t(row) * p.ld_res : nullptr;
   float* ro = p.residual_out ? p.residual_out + int64_t(row) * p.ld_res_out : nullptr;
+  if (p.prep) {  // z = r (1 + w), then the chunk sums (one thread per chunk) and inv
+    for (int i = tid; i < p.n; i += NT) {
+      float r = x[i];
+      if (res) r += res[i];
+      if (ro) ro[i] = r;
+      p.y[int64_t(row) * p.ld_y + i] = norm_z(r, p.w, i);
+    }
+    g.sync();
+    const int C = norm_chunks(p.n);
+    for (int c = tid; c < C; c += NT) {
+      float rr[kNormChunk];
+#pragma unroll
+      for (int e = 0; e < kNormChunk; ++e) {
+        const int i = c * kNormChunk + e;
+        rr[e] = ro ? ro[i] : (res ? x[i] + res[i] : x[i]);
+      }
+      smem[c] = norm_chunk_serial(rr);
+    }
+    g.sync();
+    if (g.warp() == 0) {
+      const float inv = norm_inv_warp(smem, C, p.n, p.eps, g.lane());
+      if (g.lane() == 0) p.inv[row] = inv;
+    }
+    g.sync();  // smem reuse
+    return;
+  }
   float ss = 0.f;
   for (int i = tid; i < p.n; i += NT) {
     float r = x[i];
@@ -80,8 +107,32 @@ __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row
       }
     }
   }
-  float ss = 0.f;
   float4* ro = p.residual_out ? reinterpret_cast<float4*>(p.residual_out + int64_t(row) * p.ld_res_out) : nullptr;
+  if (p.prep) {  // z = r (1 + w); the chunk sums (4 lanes a chunk) into smem, then inv by warp 0
+    float4* z = reinterpret_cast<float4*>(p.y + int64_t(row) * p.ld_y);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int i = tid + v * NT;
+      const float q = norm_chunk_quad(r[v]);  // every lane (absent float4s are zeros)
+      if (i >= n4) continue;
+      if (ro) ro[i] = r[v];
+      if ((i & 3) == 0) smem[i >> 2] = q;
+      float4 o;
+      o.x = __fmul_rn(r[v].x, __fadd_rn(1.0f, __uint_as_float(wv[v].x << 16)));
+      o.y = __fmul_rn(r[v].y, __fadd_rn(1.0f, __uint_as_float(wv[v].x & 0xffff0000u)));
+      o.z = __fmul_rn(r[v].z, __fadd_rn(1.0f, __uint_as_float(wv[v].y << 16)));
+      o.w = __fmul_rn(r[v].w, __fadd_rn(1.0f, __uint_as_float(wv[v].y & 0xffff0000u)));
+      z[i] = o;
+    }
+    g.sync();
+    if (g.warp() == 0) {
+      const float inv = norm_inv_warp(smem, norm_chunks(p.n), p.n, p.eps, g.lane());
+      if (g.lane() == 0) p.inv[row] = inv;
+    }
+    g.sync();  // smem reuse
+    return;
+  }
+  float ss = 0.f;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     const int i = tid + v * NT;

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/fused_norm_params.h"
 #include "kernels/work.h"
 
 namespace m3::kernels {
@@ -26,9 +27,16 @@ struct RmsNormParams {
   int n = 0, M = 0;
   float eps = 1e-6f;
   int regs = 0;  // body (set by native::make_rmsnorm_params): 1 = the row in registers, 0 = strided
+  // The prep half of the norm (kernels/fused_norm_params.h; n % 16 == 0): y = r * (1 + w) and
+  // inv[row] instead of the normalized row (no y_bf16).
+  int prep = 0;
+  float* inv = nullptr;  // [M] (prep)
 };
 
-// Work item = row; kNormThreads threads; smem: one float per warp.
-M3_HOST_DEVICE inline WorkShape rmsnorm_shape(const RmsNormParams& p) { return {p.M, kNormThreads, kNormThreads / 32 * 4}; }
+// Work item = row; kNormThreads threads; smem: one float per warp, or (prep) the row's chunk sums.
+M3_HOST_DEVICE inline WorkShape rmsnorm_shape(const RmsNormParams& p) {
+  const int floats = p.prep ? norm_chunks(p.n) : kNormThreads / 32;
+  return {p.M, kNormThreads, floats * 4};
+}
 
 }  // namespace m3::kernels

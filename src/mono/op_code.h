@@ -14,7 +14,7 @@ namespace m3::mono {
 enum class OpCode : uint8_t {
   RmsNormRegs,
   RmsNormStrided,
-  MmaDecodeFp8F32,  // the wide 1 x 1 tile, FP8 weights, fp32 activations (every M <= 8)
+  MmaDecodeFp8F32,  // the wide 1 x 1 tile, FP8 weights, fp32 activations (every M <= 8), any norm mode
   MmaStreamFp8F32,  // the same tile, its weights copied to shared memory first (kernels/mma_stream.cuh)
   RopeFp8Fp8,       // K/V cache format, index-K cache format
   RopeFp8Bf16,

@@ -27,6 +27,8 @@ Activations::Activations(const ForwardModel& m, int max_tokens_, int logits_rows
   x = DevBuf(size_t(T * H) * 4);
   f = DevBuf(size_t(T * H) * 4);
   a = DevBuf(size_t(T * H) * 4);
+  ss = DevBuf(size_t(T * std::max<int64_t>(H / kernels::kNormChunk, 1)) * 4);
+  inv = DevBuf(size_t(T) * 4);
   proj = DevBuf(size_t(T * proj_ld) * 4);
   q = DevBuf(size_t(T * s.q_dim()) * 4);
   o = DevBuf(size_t(T * s.q_dim()) * 4);

@@ -17,6 +17,7 @@ struct Activations {
   int64_t proj_ld = 0;  // floats per row of proj (the widest fused projection, rounded to 4)
   int64_t ld_h = 0;     // floats per row of h (dense MLP intermediate)
   DevBuf x, f, a;       // [T][hidden] fp32
+  DevBuf ss, inv;       // [T][hidden / 16] chunk sums and [T] inv of the norms' halves (kernels/fused_norm_params.h)
   DevBuf proj;          // [T][proj_ld] fused q|k|v|iq|ik projection rows
   DevBuf q, o;          // [T][q_dim] normed + rotated q, attention output
   DevBuf iq;            // [T][index_heads * index_dim] normed + rotated index q

@@ -2,6 +2,9 @@
 #include "native/layer_plan.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "native/attention.h"
 #include "native/embed.h"
@@ -44,10 +47,49 @@ int attention_split_count(const ForwardModel& m, const Activations& act, bool sp
   return S;
 }
 
+// The norm's inv for the ops that read the post-attention norm's z (one MoE layer's ops: the
+// router GEMV; the split, whose z * inv the tensor-core experts read; or the expert GEMV): nin.ss
+// (inv computed by each consumer) only where the consumer can (not the expert GEMV nor a deep
+// walk): false, and nothing changed, when one of them cannot.
+bool set_norm_in(std::vector<OpCall>& ops, const float* a, const kernels::NormIn& nin) {
+  if (nin.ss)
+    for (const OpCall& op : ops) {
+      const auto* mm = std::get_if<kernels::MmaLinearParams>(&op.params);
+      if (op.kind == OpKind::MoeGemv || (mm && mm->x == a && mm->deep)) return false;
+    }
+  for (OpCall& op : ops) {
+    if (auto* g = std::get_if<kernels::GemvParams>(&op.params)) {
+      if (g->x == a) g->nin = nin;
+    } else if (auto* mm = std::get_if<kernels::MmaLinearParams>(&op.params)) {
+      if (mm->x == a) mm->nin = nin;
+    } else if (auto* sp = std::get_if<kernels::MoeSplitParams>(&op.params)) {
+      if (sp->x == a) sp->nin = nin;
+    } else if (auto* mg = std::get_if<kernels::MoeGemvParams>(&op.params)) {
+      if (mg->x == a) mg->nin = nin;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
+namespace {
+std::atomic<int> g_fused_norms{-1};
+}  // namespace
+
+bool fused_norms_enabled() {
+  static const bool env = [] {
+    const char* e = std::getenv("M3_FUSED_NORMS");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  const int o = g_fused_norms.load();
+  return o < 0 ? env : o != 0;
+}
+
+void set_fused_norms(int on) { g_fused_norms.store(on < 0 ? -1 : on != 0 ? 1 : 0); }
+
 kernels::RmsNormParams residual_norm_params(const ForwardModel& m, Activations& act, const uint16_t* w, int rows,
-                                            bool add_f) {
+                                            bool add_f, bool prep) {
   const int H = m.spec().hidden;
   kernels::RmsNormParams n;
   n.n = H;
@@ -63,6 +105,10 @@ kernels::RmsNormParams residual_norm_params(const ForwardModel& m, Activations& 
     n.ld_res = H;
     n.residual_out = act.x.get<float>();
     n.ld_res_out = H;
+  }
+  if (prep) {
+    n.prep = 1;
+    n.inv = act.inv.get<float>();
   }
   return make_rmsnorm_params(n);
 }
@@ -95,11 +141,36 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
 
   const int S_dense = attention_split_count(m, act, false, T, mv.max_context);
   const int S_sparse = attention_split_count(m, act, true, T, mv.max_context);
+  // The norms in two halves (kernels/fused_norm_params.h) wherever the hidden size allows: the input
+  // norm of every layer and the post-attention norm of the MoE layers. The prep half is an op
+  // (inv written by it), or, in decode-sized plans, fused into the op that produces the residual
+  // update (the O projection, the previous layer's MoE combine: chunk sums written, each consumer
+  // computes inv); the consumers (qkv, router, the experts' gate/up) multiply by inv. The same
+  // bits either way, so a row's bits do not depend on its batch.
+  const bool halves = H % kernels::kNormChunk == 0;
+  const bool fuse = halves && fused_norms_enabled() && T <= kernels::kFusedNormMaxRows;
+  const kernels::NormIn nin_ss{act.ss.get<float>(), nullptr, H, T, s.rms_eps};
+  const kernels::NormIn nin_inv{nullptr, act.inv.get<float>(), H, T, s.rms_eps};
+  auto norm_out = [&](const uint16_t* w) {
+    kernels::NormOut o;
+    o.res = act.x.get<float>();
+    o.w = w;
+    o.z = act.a.get<float>();
+    o.ss = act.ss.get<float>();
+    o.ld = H;
+    o.n = H;
+    return o;
+  };
+  bool in_fused = false;  // this layer's input norm was done by the previous layer's MoE combine
   for (int l = 0; l < s.num_layers; ++l) {
     plan.layer_begin.push_back(int(ops.size()));
     const LayerViews& Lw = m.layer(l);
-    add(OpKind::RmsNorm, "norms", "input_norm", l, residual_norm_params(m, act, Lw.norms.input, T, /*add_f=*/l > 0));
+    if (!in_fused)
+      add(OpKind::RmsNorm, "norms", "input_norm", l,
+          residual_norm_params(m, act, Lw.norms.input, T, /*add_f=*/l > 0, /*prep=*/halves));
     ops.push_back(fp8_linear(Lw.qkv, act.a.get(), H, T, act.proj.get<float>(), act.proj_ld, "qkv", l));
+    if (halves) std::get<kernels::MmaLinearParams>(ops.back().params).nin = in_fused ? nin_ss : nin_inv;
+    in_fused = false;
 
     QkNormRopeArgs qa = qk_norm_rope_args(s, l);
     qa.proj = act.proj.get<float>();
@@ -143,13 +214,33 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     const kernels::AttentionParams ap = make_attention_params(aa, mv, cv);
     add(OpKind::AttentionSplit, "kv", "attention", l, ap);
     if (ap.num_splits > 1) add(OpKind::AttentionCombine, "kv", "attention_combine", l, ap);
-    ops.push_back(fp8_linear(Lw.o, act.o.get(), s.q_dim(), T, act.f.get<float>(), H, "o", l));
-
-    add(OpKind::RmsNorm, "norms", "post_norm", l, residual_norm_params(m, act, Lw.norms.post, T, /*add_f=*/true));
+    OpCall o_proj = fp8_linear(Lw.o, act.o.get(), s.q_dim(), T, act.f.get<float>(), H, "o", l);
+    auto post_norm = [&](bool prep) {
+      return OpCall{OpKind::RmsNorm, "norms", "post_norm", l,
+                    residual_norm_params(m, act, Lw.norms.post, T, /*add_f=*/true, prep)};
+    };
     if (s.moe(l)) {
-      add_moe_ops(ops, Lw.moe, act.a.get<float>(), H, T, act.f.get<float>(), H, act.moe_ws.get(), act.moe_ws.bytes(),
+      std::vector<OpCall> moe;
+      add_moe_ops(moe, Lw.moe, act.a.get<float>(), H, T, act.f.get<float>(), H, act.moe_ws.get(), act.moe_ws.bytes(),
                   l);
+      auto& op = std::get<kernels::MmaLinearParams>(o_proj.params);
+      const bool post_fused = fuse && !op.deep && !op.swiglu && op.N == H && set_norm_in(moe, act.a.get<float>(), nin_ss);
+      if (post_fused) op.nout = norm_out(Lw.norms.post);
+      else if (halves) M3_CHECK(set_norm_in(moe, act.a.get<float>(), nin_inv), "layer plan: layer {}: no inv", l);
+      ops.push_back(o_proj);
+      if (!post_fused) ops.push_back(post_norm(halves));
+      // the next layer's input norm: done by this combine (its only consumer, the qkv projection,
+      // is a wide decode tile at these sizes)
+      M3_CHECK(!moe.empty() && moe.back().kind == OpKind::MoeCombine, "layer plan: layer {}'s MoE ops end with {}", l,
+               moe.empty() ? "nothing" : moe.back().name);
+      if (fuse && l + 1 < s.num_layers) {
+        std::get<kernels::MoeCombineParams>(moe.back().params).nout = norm_out(m.layer(l + 1).norms.input);
+        in_fused = true;
+      }
+      ops.insert(ops.end(), moe.begin(), moe.end());
     } else {
+      ops.push_back(o_proj);
+      ops.push_back(post_norm(false));
       const int I = Lw.gate_up.rows / 2;
       M3_CHECK(Lw.gate_up.rows % 2 == 0 && Lw.down.cols == I && Lw.down.rows == Lw.gate_up.cols,
                "dense_mlp: layer {} gate_up [{} x {}] and down [{} x {}] do not match", l, Lw.gate_up.rows,
@@ -161,7 +252,8 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     }
   }
   plan.layer_begin.push_back(int(ops.size()));
-  add(OpKind::RmsNorm, "lm_head", "final_norm", -1, residual_norm_params(m, act, m.weights().final_norm(), T, true));
+  add(OpKind::RmsNorm, "lm_head", "final_norm", -1,
+      residual_norm_params(m, act, m.weights().final_norm(), T, /*add_f=*/true, /*prep=*/false));
   if (shape.lm_head) {
     M3_CHECK(T <= act.logits_rows, "layer plan: lm_head over {} rows, the logits buffer holds {}", T, act.logits_rows);
     ops.push_back(dense_linear(m.weights().lm_head(), act.a.get(), H, T, act.logits.get<float>(), s.vocab_size, false,

@@ -33,9 +33,16 @@ struct LayerPlan {
 // Builds the plan (every op's checks run here: a bad shape fails before anything is launched).
 LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanShape& shape);
 
+// Whether decode-sized plans fuse the norms' prep half into their producers (kernels/
+// fused_norm_params.h): on unless M3_FUSED_NORMS=0 (the same bits either way).
+bool fused_norms_enabled();
+// Overrides it for the plans built from now on (tests): 0 off, 1 on, -1 back to the environment's.
+void set_fused_norms(int on);
+
 // The residual norm: with add_f, x += f (the last sublayer's output) first; then a = RMSNorm(x)
-// * (1 + w) over `rows` rows (the next sublayer's input, or the final norm's output).
+// * (1 + w) over `rows` rows (the next sublayer's input, or the final norm's output); with prep,
+// only the prep half: a = x (1 + w) and act.inv (kernels/fused_norm_params.h).
 kernels::RmsNormParams residual_norm_params(const ForwardModel& m, Activations& act, const uint16_t* w, int rows,
-                                            bool add_f);
+                                            bool add_f, bool prep);
 
 }  // namespace m3::native

@@ -77,11 +77,21 @@ template <WeightFmt W, ActFmt X>
 void launch_mma(const kernels::MmaLinearParams& p, cudaStream_t s, const LaunchOptions& o) {
   using namespace kernels;
   const WorkShape sh = mma_linear_shape(p);
+  M3_CHECK(!p.nout.res || (!p.deep && !p.swiglu && p.N % kNormChunk == 0),
+           "mma_linear: the norm's prep half in the epilogue needs a wide walk, no SwiGLU and N % {} == 0 (N {})",
+           kNormChunk, p.N);
+  M3_CHECK(!(p.nin.ss && p.deep), "mma_linear: the deep walk takes the norm's inv handed in (nin.inv), not chunk sums");
   if (p.deep) {
     if (p.rt == 4 && p.nt == 4) return launch_op<MmaDeepOp<W, X, 4, 4>>(p, sh, s, "mma_linear", o);
   } else {
     if (p.rt == 1 && p.nt == 1) {
-      if (!p.stream) return launch_op<MmaDecodeOp<W, X>>(p, sh, s, "mma_linear", o);
+      if (!p.stream) {
+        switch (mma_norm_mode(p)) {
+          case kNormIn: return launch_op<MmaDecodeOp<W, X, kNormIn>>(p, sh, s, "mma_linear", o);
+          case kNormOut: return launch_op<MmaDecodeOp<W, X, kNormOut>>(p, sh, s, "mma_linear", o);
+          default: return launch_op<MmaDecodeOp<W, X, kNormNone>>(p, sh, s, "mma_linear", o);
+        }
+      }
       if constexpr (W == WeightFmt::FP8) return launch_op<MmaStreamOp<X>>(p, sh, s, "mma_linear", o);
     }
     if (p.rt == 1 && p.nt == 2) return launch_op<MmaWideOp<W, X, 1, 2>>(p, sh, s, "mma_linear", o);

@@ -20,6 +20,8 @@ kernels::RmsNormParams make_rmsnorm_params(kernels::RmsNormParams p) {
   M3_CHECK(!p.residual_out || p.ld_res_out >= p.n, "rms_norm: residual_out ld {} < n {}", p.ld_res_out, p.n);
   M3_CHECK(!p.y || p.ld_y >= p.n, "rms_norm: y ld {} < n {}", p.ld_y, p.n);
   M3_CHECK(!p.y_bf16 || p.ld_yb >= p.n, "rms_norm: y_bf16 ld {} < n {}", p.ld_yb, p.n);
+  M3_CHECK(!p.prep || (p.n % kernels::kNormChunk == 0 && p.y && p.inv && !p.y_bf16),
+           "rms_norm: the prep half needs n % {} == 0 (n {}), y and inv, and no bf16 output", kernels::kNormChunk, p.n);
   const bool regs = p.n % 4 == 0 && p.n / 4 <= kernels::kNormThreads * kernels::kNormVec &&
                     aligned(p.x, p.ld_x, 4, 16) && aligned(p.residual, p.ld_res, 4, 16) &&
                     aligned(p.residual_out, p.ld_res_out, 4, 16) && aligned(p.y, p.ld_y, 4, 16) &&

@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "native/kv_cache.h"
+#include "native/layer_plan.h"
 #include "test_cuda_backend_util.h"
 
 using namespace m3;
@@ -289,7 +290,10 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
   oe.cuda_graphs = false;
   auto eager = native::make_cuda_backend(m.pw, oe);
   auto shuf = native::make_cuda_backend(m.pw, o);
-  for (auto* b : {graph.get(), eager.get(), shuf.get()}) b->kv_cache().fill(0x7f, nullptr);
+  // the norms' prep half as ops in every plan (M3_FUSED_NORMS=0), instead of fused into the O
+  // projection and the MoE combine in decode plans: the same bits (kernels/fused_norm_params.h)
+  auto unfused = native::make_cuda_backend(m.pw, oe);
+  for (auto* b : {graph.get(), eager.get(), shuf.get(), unfused.get()}) b->kv_cache().fill(0x7f, nullptr);
   M3_CUDA_CHECK(cudaDeviceSynchronize());
 
   // Tables: sequences take blocks from two different random permutations (shuf uses the second).
@@ -311,17 +315,22 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
       used2[size_t(p2[size_t(i * per + b)])] = 1;
     }
 
-  int64_t compared = 0, differ_graph = 0, differ_shuf = 0, nonfinite = 0;
+  int64_t compared = 0, differ_graph = 0, differ_shuf = 0, differ_unfused = 0, nonfinite = 0;
   auto run = [&](const StepBatch& b1, const StepBatch& b2) {
     StepOutput e = eager->step(b1);
     StepOutput g = graph->step(b1);
     StepOutput s = shuf->step(b2);
+    native::set_fused_norms(0);
+    StepOutput u = unfused->step(b1);
+    native::set_fused_norms(-1);
     EXPECT_EQ(e.logits.size(), g.logits.size());
     EXPECT_EQ(e.logits.size(), s.logits.size());
+    EXPECT_EQ(e.logits.size(), u.logits.size());
     compared += int64_t(e.logits.size());
-    for (size_t i = 0; i < e.logits.size() && i < g.logits.size() && i < s.logits.size(); ++i) {
+    for (size_t i = 0; i < e.logits.size() && i < g.logits.size() && i < s.logits.size() && i < u.logits.size(); ++i) {
       differ_graph += std::memcmp(&e.logits[i], &g.logits[i], 4) != 0;
       differ_shuf += std::memcmp(&e.logits[i], &s.logits[i], 4) != 0;
+      differ_unfused += std::memcmp(&e.logits[i], &u.logits[i], 4) != 0;
       nonfinite += !std::isfinite(e.logits[i]);
     }
     return e;
@@ -356,13 +365,14 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
       S[size_t(i)].next = int32_t(argmax_of(e.row(j), V));
     }
   }
-  std::printf("  %lld logits compared: graph vs eager %lld differ, shuffled tables vs eager %lld differ; "
-              "graph backend: %lld captures, %lld replays\n",
-              (long long)compared, (long long)differ_graph, (long long)differ_shuf,
+  std::printf("  %lld logits compared: graph vs eager %lld differ, shuffled tables vs eager %lld differ, "
+              "unfused norms vs eager %lld differ; graph backend: %lld captures, %lld replays\n",
+              (long long)compared, (long long)differ_graph, (long long)differ_shuf, (long long)differ_unfused,
               (long long)graph->stats().graph_captures, (long long)graph->stats().graph_replays);
   EXPECT_EQ(nonfinite, 0) << "non-finite logits (a read of a poisoned, unwritten cache slot?)";
   EXPECT_EQ(differ_graph, 0);
   EXPECT_EQ(differ_shuf, 0);
+  EXPECT_EQ(differ_unfused, 0);
   EXPECT_EQ(graph->stats().graph_captures, 7);  // buckets 1, 2, 4, 8, 16, 32, 64
   EXPECT_GE(graph->stats().graph_replays, 5);
   EXPECT_EQ(eager->stats().graph_replays, 0);

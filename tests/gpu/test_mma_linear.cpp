@@ -31,6 +31,7 @@
 #include "core/weight_tiles.h"
 #include "native/linear.h"
 #include "native/weight_tiles.h"
+#include "norm_halves_host.h"
 #include "test_gemv_util.h"
 #include "test_mma_linear_dev.h"
 
@@ -574,6 +575,86 @@ TEST(GpuMmaLinear, LinearEntryPointsAreBatchInvariant) {
 // ---- bench (M3_BENCH=1) ----
 
 namespace {
+
+// The norm's halves fused into the projections (kernels/fused_norm_params.h): the O projection as
+// producer (nout: its outputs added into the residual stream, z and the chunk sums written instead
+// of y) gives bit for bit what the host makes of the plain projection's outputs; the qkv
+// projection as consumer gives the same bits with inv computed from the chunk sums (nin.ss) and
+// with inv handed in (nin.inv), equal to the plain projection's outputs times inv. The register
+// walk and the streamed tile, M = 1 .. 8. Outputs poisoned first.
+TEST(GpuMmaLinear, NormHalvesFusedIntoTheProjections) {
+  const uint32_t seed = gpu_test_seed() + 41;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  const int H = 6144, Ko = 2048, Nq = 2560;
+  const DevWeight wo = random_weight(rng, DType::F8_E4M3, H, Ko), wq = random_weight(rng, DType::F8_E4M3, Nq, H);
+  std::vector<uint16_t> nw(static_cast<size_t>(H));
+  for (auto& v : nw) v = f32_to_bf16(nd(rng) * 0.2f);
+  DevBuf<uint16_t> dnw(nw.size());
+  M3_CUDA_CHECK(cudaMemcpy(dnw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
+  const float eps = 1e-6f;
+  for (int M : {1, 3, 8})
+    for (int stream : {0, 1}) {
+      const std::string what = fmt::format("M {} stream {}", M, stream);
+      SCOPED_TRACE(what);
+      const native::MmaTiling tiling{1, 1, false, stream};
+      const int64_t ldo = act_ld(Ko);
+      const auto xo = random_x(rng, M, Ko, ldo);
+      const DevAct ao = upload_act(xo, ldo, DType::F32);
+      const std::vector<float> y = run_mma(wo, ao.in, M, H, false, tiling);
+      std::vector<float> res0(size_t(M) * H);
+      for (auto& v : res0) v = nd(rng) * 4.f;
+      DevBuf<float> dres(res0.size()), dz(res0.size()), dss(size_t(M) * (H / 16)), unused(res0.size());
+      dres.upload(res0);
+      unused.poison();
+      dz.poison();
+      dss.poison();
+      kernels::MmaLinearParams p = native::make_mma_linear_params(wo.data.p, wo.dt, wo.scale_ptr(), wo.ld, H, Ko, ao.in,
+                                                                  M, unused.p, H, false, 1.702f, 7.f, tiling);
+      p.nout = kernels::NormOut{dres.p, dnw.p, dz.p, dss.p, H, H};
+      native::launch(p, nullptr);
+      M3_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto res = dres.download(), z = dz.download(), ss = dss.download(), y_left = unused.download();
+      EXPECT_TRUE(std::all_of(y_left.begin(), y_left.end(), [](float v) { return std::isnan(v); }))
+          << what << ": the producer wrote y";
+      std::vector<float> r(size_t(M) * H), zref(r.size()), inv(static_cast<size_t>(M));
+      for (size_t i = 0; i < r.size(); ++i) {
+        r[i] = res0[i] + y[i];
+        zref[i] = norm_z_host(r[i], nw[i % H]);
+      }
+      // the same fp32 operations on both sides: equal bits (atol 1e-30 only avoids 0/0)
+      expect_close_rows(res, H, r, M, H, 1e-30, 0, what + " residual (exact)");
+      expect_close_rows(z, H, zref, M, H, 1e-30, 0, what + " z (exact)");
+      for (int t = 0; t < M; ++t) {
+        const auto want = norm_chunk_sums(r.data() + size_t(t) * H, H);
+        expect_close_rows(std::vector<float>(ss.begin() + size_t(t) * (H / 16), ss.begin() + size_t(t + 1) * (H / 16)),
+                          H / 16, want, 1, H / 16, 1e-30, 0, what + " chunk sums (exact)");
+        inv[size_t(t)] = norm_inv_from_chunks(want, H, eps);
+      }
+      // the consumer: qkv over z, inv from the chunk sums and handed in
+      const native::ActIn zin{dz.p, DType::F32, H};
+      const std::vector<float> plain = run_mma(wq, zin, M, Nq, false, tiling);
+      DevBuf<float> dinv(static_cast<size_t>(M));
+      dinv.upload(inv);
+      std::vector<float> got[2];
+      for (int mode = 0; mode < 2; ++mode) {
+        DevBuf<float> yq(size_t(M) * Nq);
+        yq.poison();
+        kernels::MmaLinearParams q = native::make_mma_linear_params(wq.data.p, wq.dt, wq.scale_ptr(), wq.ld, Nq, H, zin,
+                                                                    M, yq.p, Nq, false, 1.702f, 7.f, tiling);
+        q.nin = mode == 0 ? kernels::NormIn{dss.p, nullptr, H, M, eps} : kernels::NormIn{nullptr, dinv.p, H, M, eps};
+        native::launch(q, nullptr);
+        M3_CUDA_CHECK(cudaDeviceSynchronize());
+        got[mode] = yq.download();
+      }
+      std::vector<float> want(plain.size());
+      for (int t = 0; t < M; ++t)
+        for (int n = 0; n < Nq; ++n) want[size_t(t) * Nq + n] = plain[size_t(t) * Nq + n] * inv[size_t(t)];
+      expect_close_rows(got[0], Nq, want, M, Nq, 1e-30, 0, what + " consumer, inv from the chunk sums (exact)");
+      expect_close_rows(got[1], Nq, want, M, Nq, 1e-30, 0, what + " consumer, inv handed in (exact)");
+    }
+}
 
 bool bench_on() {
   const char* v = std::getenv("M3_BENCH");

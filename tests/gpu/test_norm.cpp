@@ -3,10 +3,12 @@
 // (residual_out aliasing the residual), fp32 and bf16 outputs. Outputs poisoned first.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "native/norm.h"
 #include "ref/norm.h"
+#include "norm_halves_host.h"
 #include "test_gemv_util.h"
 
 using namespace m3;
@@ -81,6 +83,89 @@ TEST(GpuNorm, RmsNormWithResidual) {
         // the same fp32 addition on both sides: equal bits (atol 1e-30 only avoids 0/0 in the ratio)
         expect_close_rows(ro, ld, rsum, c.M, c.n, 1e-30, 0, what + " residual out (exact)");
       }
+    }
+  }
+}
+
+// The prep half of the norm (kernels/fused_norm_params.h): z = r (1 + w) and the residual out bit
+// for bit as the host computes them, inv bit for bit the host's chunk tree and lane order, and
+// z * inv within the plain norm's bound of the double reference. Both bodies: the row in registers
+// (16-byte aligned rows) and the strided one (odd row strides). Outputs poisoned first.
+TEST(GpuNorm, PrepHalfMatchesTheHostBitForBit) {
+  const uint32_t seed = gpu_test_seed() + 22;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  struct C {
+    int n, M;
+    int pad;  // ld = n + pad: 4 keeps rows 16-byte aligned (register body), 1 does not (strided)
+  };
+  for (const C& c : {C{6144, 1}, C{6144, 4}, C{6144, 9}, C{2048, 3}, C{6144, 2, 1}, C{160, 5, 1}, C{8192, 2, 4}}) {
+    for (int mode = 0; mode < 2; ++mode) {  // 0: x alone (layer 0), 1: x = f + residual, in place
+      const int64_t ld = c.n + c.pad;
+      std::vector<float> x(size_t(c.M) * ld), res(x.size());
+      for (auto& v : x) v = nd(rng) * 3.f;
+      for (auto& v : res) v = nd(rng);
+      std::vector<uint16_t> w(size_t(c.n));
+      std::vector<float> wf(size_t(c.n));
+      for (int i = 0; i < c.n; ++i) {
+        w[size_t(i)] = f32_to_bf16(nd(rng) * 0.2f);
+        wf[size_t(i)] = bf16_to_f32(w[size_t(i)]);
+      }
+      DevBuf<float> dx(x.size()), dr(res.size()), dy(x.size()), dinv(size_t(c.M));
+      DevBuf<uint16_t> dw(w.size());
+      dx.upload(x);
+      dr.upload(res);
+      M3_CUDA_CHECK(cudaMemcpy(dw.p, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+      dy.poison();
+      dinv.poison();
+      kernels::RmsNormParams a;
+      a.x = dx.p;
+      a.ld_x = ld;
+      if (mode == 1) {
+        a.residual = dr.p;
+        a.ld_res = ld;
+        a.residual_out = dr.p;
+        a.ld_res_out = ld;
+      }
+      a.w = dw.p;
+      a.y = dy.p;
+      a.ld_y = ld;
+      a.n = c.n;
+      a.M = c.M;
+      a.eps = 1e-6f;
+      a.prep = 1;
+      a.inv = dinv.p;
+      const kernels::RmsNormParams made = native::make_rmsnorm_params(a);
+      EXPECT_EQ(made.regs, c.pad == 1 ? 0 : 1) << "the body this case is for";
+      native::rms_norm(a, nullptr);
+      M3_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto z = dy.download(), inv = dinv.download(), ro = dr.download();
+      const std::string what = "prep n=" + std::to_string(c.n) + " M=" + std::to_string(c.M) + " ld=" +
+                               std::to_string(ld) + " mode " + std::to_string(mode);
+      std::vector<float> r(size_t(c.n)), zref(size_t(c.M) * c.n), yref(size_t(c.M) * c.n), zinv(yref.size());
+      int bad = 0;
+      for (int t = 0; t < c.M; ++t) {
+        for (int i = 0; i < c.n; ++i) {
+          const size_t at = size_t(t) * ld + i;
+          r[size_t(i)] = mode == 1 ? x[at] + res[at] : x[at];
+          zref[size_t(t) * c.n + i] = norm_z_host(r[size_t(i)], w[size_t(i)]);
+          if (mode == 1 && std::memcmp(&ro[at], &r[size_t(i)], 4) != 0 && bad++ < 3)
+            ADD_FAILURE() << what << ": residual out [" << t << "][" << i << "] " << ro[at] << " != " << r[size_t(i)];
+        }
+        const float want = norm_inv_from_chunks(norm_chunk_sums(r.data(), c.n), c.n, 1e-6f);
+        EXPECT_EQ(std::memcmp(&inv[size_t(t)], &want, 4), 0)
+            << what << ": inv of row " << t << " " << inv[size_t(t)] << " != host " << want;
+        ref::gemma_rms_norm(r.data(), wf.data(), c.n, 1e-6f, &yref[size_t(t) * c.n]);
+        for (int i = 0; i < c.n; ++i) zinv[size_t(t) * c.n + i] = z[size_t(t) * ld + i] * inv[size_t(t)];
+      }
+      // z: the same two fp32 operations on both sides: equal bits (atol 1e-30 only avoids 0/0)
+      expect_close_rows(z, ld, zref, c.M, c.n, 1e-30, 0, what + " z (exact)");
+      // z * inv vs the double norm: the plain norm's bound (chunk sums of 16 in a tree, n / 512
+      // lane terms, a 32-way tree: fewer roundings than the plain body's chains) plus z's and the
+      // product's roundings
+      const double rtol = (double(c.n) / 256 + 26) * 0x1p-24;
+      expect_close_rows(zinv, c.n, yref, c.M, c.n, 1e-30, rtol, what + " z * inv");
     }
   }
 }

@@ -53,7 +53,8 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
   switch (code) {
     case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(item, g, smem);
     case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(item, g, smem);
-    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>>(item, g, smem);
+    // one body for the tile's every norm mode (kernels/mma_linear.cuh, MmaDecodeOp)
+    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32, kNormAny>>(item, g, smem);
     case OpCode::MmaStreamFp8F32: return run<MmaStreamOp<ActFmt::F32>>(item, g, smem);
     case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(item, g, smem);
     case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(item, g, smem);
