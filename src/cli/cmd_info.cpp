@@ -124,6 +124,19 @@ int run_info(const InfoArgs& a) {
                                   params(fp.active_params), params(fp.lm_head_params)).c_str());
   std::printf("%s\n", fmt::format("prepared weights, per rank of tp {}: {} stored; read per decode token (batch 1):",
                                   a.tp, human(fp.weight_bytes, "B")).c_str());
+  if (a.tp > 1) {  // the GPU arena's own split rules (whole MXFP4 blocks per rank, heads)
+    PrepareOptions po;
+    po.tp_size = a.tp;
+    try {
+      const PreparedLayout L = plan_prepared(s, po);
+      std::printf("%s\n", fmt::format("  per rank: {} query heads, {} KV head(s){}", L.heads, L.kv_heads,
+                                      s.num_kv_heads < a.tp ? " (replicated: the ranks of one KV head share it)" : "")
+                             .c_str());
+    } catch (const Error& e) {
+      std::printf("%s\n", fmt::format("note: the GPU paths cannot split this model over {} ranks: {}", a.tp, e.what())
+                             .c_str());
+    }
+  }
   std::printf("  %-38s %-27s %12s %12s %12s\n", "component", "format", "params/token", "bytes/token", "stored");
   for (const auto& it : fp.items)
     std::printf("  %-38s %-27s %12s %12s %12s\n", it.component.c_str(), std::string(weight_format_name(it.format)).c_str(),

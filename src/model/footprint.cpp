@@ -80,8 +80,13 @@ Footprint compute_footprint(const ModelSpec& spec, const FootprintOptions& opt) 
     Class c = classify(e.role, opt);
     double rows = double(e.shape[0]), cols = e.shape.size() > 1 ? double(e.shape[1]) : 1.0;
     double params = rows * cols;
-    if (e.shard == ShardDim::Rows) rows /= tp;
-    if (e.shard == ShardDim::Cols) cols /= tp;
+    // rows of K/V (and index-q) heads split over min(tp, heads) ranks: replicated past the heads
+    // (model/tp_shard.h: tp 8 over M3's 4 KV heads gives each rank one KV head)
+    double split = tp;
+    if (e.role == WeightRole::Wk || e.role == WeightRole::Wv) split = std::min(tp, double(spec.num_kv_heads));
+    if (e.role == WeightRole::IndexWq) split = std::min(tp, double(spec.index_heads));
+    if (e.shard == ShardDim::Rows) rows /= split;
+    if (e.shard == ShardDim::Cols) cols /= split;
     double bytes = format_bytes(c.format, rows, cols);
     // What one decode token reads: the top-k routed experts (all experts are the same size, so
     // the first top_k stand for whichever are chosen) and one row of the embedding table.

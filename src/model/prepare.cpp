@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/codecs.h"
 #include "model/load_weights.h"
+#include "model/tp_shard.h"
 #include "model/quantize.h"
 
 namespace m3 {
@@ -102,11 +103,25 @@ PreparedLayout plan_prepared(const ModelSpec& spec, const PrepareOptions& opt) {
   L.spec = spec;
   L.opt = opt;
   L.heads = int(divides(spec.num_heads, "num_attention_heads"));
-  L.kv_heads = int(divides(spec.num_kv_heads, "num_key_value_heads"));
-  L.index_heads = spec.num_sparse_layers() > 0 ? int(divides(spec.index_heads, "index_n_heads")) : 0;
+  // K/V and index heads: split when tp divides them, else replicated (tp_rank_spec's rule: each
+  // rank holds the head its query heads use)
+  const ModelSpec rs = tp_rank_spec(spec, tp, "prepare: tensor-parallel size");
+  L.kv_heads = rs.num_kv_heads;
+  L.index_heads = spec.num_sparse_layers() > 0 ? rs.index_heads : 0;
+  L.kv_head0 = tp_rank_kv_head(spec, opt.tp_rank, tp);
   L.dense_inter = spec.num_moe_layers() < spec.num_layers ? divides(spec.dense_inter, "dense_intermediate_size") : 0;
   L.moe_inter = spec.num_moe_layers() > 0 ? divides(spec.moe_inter, "intermediate_size") : 0;
   L.shared_inter = spec.shared_inter > 0 ? divides(spec.shared_inter, "shared_intermediate_size") : 0;
+  // the experts' down projections are MXFP4 along their columns (this rank's width): blocks of 32
+  // must not straddle two ranks, so that a rank's blocks are the whole model's (and a released
+  // MXFP4 checkpoint's blocks split as they are)
+  auto whole_blocks = [&](int64_t per_rank, int64_t v, const char* field) {
+    M3_CHECK(tp == 1 || per_rank % 32 == 0,
+             "prepare: {} = {} over {} ranks gives {} columns per rank, not a multiple of the MXFP4 block (32)",
+             field, v, tp, per_rank);
+  };
+  if (L.moe_inter > 0) whole_blocks(L.moe_inter, spec.moe_inter, "intermediate_size");
+  if (L.shared_inter > 0) whole_blocks(L.shared_inter, spec.shared_inter, "shared_intermediate_size");
   L.vocab_rows = divides(spec.vocab_size, "vocab_size");
   L.vocab_row0 = L.vocab_rows * opt.tp_rank;
 
@@ -479,14 +494,15 @@ void fill_prepared(const PreparedLayout& L, const WeightSource& src, ArenaSink& 
     }
     // fused q | k | v | iq | ik rows of this rank
     const int64_t qr = Y.q_rows, kr = Y.k_rows, vr = Y.v_rows, iqr = Y.iq_rows;
+    const int64_t k0 = int64_t(L.kv_head0) * s.head_dim, iq0 = int64_t(L.kv_head0) * s.index_dim;
     jobs.push_back(Job{P + "qkv", Enc::FP8, Y.qkv.codes, Y.qkv.scales, 0, [=](int, int64_t r) {
                          if (r < qr) return std::make_pair(WeightKey{WeightRole::Wq, l, -1}, rank * qr + r);
                          r -= qr;
-                         if (r < kr) return std::make_pair(WeightKey{WeightRole::Wk, l, -1}, rank * kr + r);
+                         if (r < kr) return std::make_pair(WeightKey{WeightRole::Wk, l, -1}, k0 + r);
                          r -= kr;
-                         if (r < vr) return std::make_pair(WeightKey{WeightRole::Wv, l, -1}, rank * vr + r);
+                         if (r < vr) return std::make_pair(WeightKey{WeightRole::Wv, l, -1}, k0 + r);
                          r -= vr;
-                         if (r < iqr) return std::make_pair(WeightKey{WeightRole::IndexWq, l, -1}, rank * iqr + r);
+                         if (r < iqr) return std::make_pair(WeightKey{WeightRole::IndexWq, l, -1}, iq0 + r);
                          r -= iqr;
                          return std::make_pair(WeightKey{WeightRole::IndexWk, l, -1}, r);
                        }});

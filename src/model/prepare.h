@@ -85,6 +85,7 @@ struct PreparedLayout {
   PrepareOptions opt;
   // per-rank sizes
   int heads = 0, kv_heads = 0, index_heads = 0;
+  int kv_head0 = 0;  // this rank's first KV head (model/tp_shard.h: split, or replicated past the heads)
   int64_t dense_inter = 0, moe_inter = 0, shared_inter = 0, vocab_rows = 0, vocab_row0 = 0;
   PTensor embed, lm_head, final_norm;  // BF16 [V, H] (replicated), [vocab_rows, H], [H]
   std::vector<PreparedLayerLayout> layers;

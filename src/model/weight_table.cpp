@@ -70,7 +70,8 @@ WeightTable build_weight_table(const ModelSpec& s, const std::string& prefix) {
     t.entries.push_back(WeightEntry{std::move(names), role, layer, expert, std::move(shape), dt, shard});
   };
   const auto R = ShardDim::Replicated, Rows = ShardDim::Rows, Cols = ShardDim::Cols;
-  add({"model.embed_tokens.weight"}, WeightRole::Embed, -1, -1, {V, H}, DType::BF16, Rows);
+  // the embedding is replicated (every rank looks its tokens up); lm_head is vocabulary-parallel
+  add({"model.embed_tokens.weight"}, WeightRole::Embed, -1, -1, {V, H}, DType::BF16, R);
   add({"lm_head.weight"}, WeightRole::LmHead, -1, -1, {V, H}, DType::BF16, Rows);
   add({"model.norm.weight"}, WeightRole::FinalNorm, -1, -1, {H}, DType::BF16, R);
   for (int l = 0; l < s.num_layers; ++l) {

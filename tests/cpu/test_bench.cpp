@@ -230,6 +230,28 @@ TEST(BenchBytes, AgreesWithFootprint) {
   }
 }
 
+// `m3mono info --tp N` prints compute_footprint's per-rank weight bytes: they must be what one
+// rank's prepared arena holds (plan_prepared at tp_size N), at tp 1 and where K/V heads are split
+// (2, 4) or replicated (8 ranks over M3's 4 KV heads). The arena aligns each tensor, so the two
+// may differ by that padding only (well under 0.1%).
+TEST(Footprint, PerRankBytesMatchThePreparedArena) {
+  const ModelSpec real = synthetic_preset("real");
+  for (int tp : {1, 2, 4, 8}) {
+    PrepareOptions po;
+    po.tp_size = tp;
+    const PreparedLayout L = plan_prepared(real, po);
+    FootprintOptions fo;
+    fo.tp = tp;
+    const Footprint fp = compute_footprint(real, fo);
+    EXPECT_NEAR(double(L.total_bytes) / fp.weight_bytes, 1.0, 1e-3)
+        << "tp " << tp << ": arena " << L.total_bytes << " B, footprint " << fp.weight_bytes << " B\n"
+        << L.describe_bytes();
+    // the K/V cache per token: this rank's KV heads (replicated past 4 ranks)
+    EXPECT_DOUBLE_EQ(fp.kv_bytes_per_token, double(real.num_layers) * 2 * L.kv_heads * real.head_dim * fo.kv_bytes)
+        << "tp " << tp;
+  }
+}
+
 TEST(BenchCase, ShardAndLayerCut) {
   ModelSpec real = synthetic_preset("real");
   ModelSpec r4 = shard_spec(real, 4);

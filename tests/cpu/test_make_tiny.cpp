@@ -240,6 +240,16 @@ TEST(MakeTiny, InfoCommand) {
   EXPECT_NE(out.find("active per token 23.50 B (+1.23 B lm_head)"), std::string::npos) << out;
   std::tie(rc, out) = run(bin + " info --config " + std::string(M3_TEST_DATA) + "/tiny-m3-a/config.json --tp 2");
   ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("per rank: 4 query heads, 1 KV head(s)"), std::string::npos) << out;
+  // past the KV heads: replicated; tiny's 64 expert columns over 4 ranks would cut an MXFP4 block
+  std::tie(rc, out) = run(bin + " info --preset real --tp 8");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("per rank: 8 query heads, 1 KV head(s) (replicated"), std::string::npos) << out;
+  std::tie(rc, out) = run(bin + " info --config " + std::string(M3_TEST_DATA) + "/tiny-m3-a/config.json --tp 4");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("cannot split this model over 4 ranks: prepare: intermediate_size = 64 over 4 ranks gives 16"),
+            std::string::npos)
+      << out;
   std::tie(rc, out) = run(bin + " info");
   EXPECT_NE(rc, 0) << out;
   // a checkpoint with an unclaimed tensor is reported by info

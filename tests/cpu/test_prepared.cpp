@@ -14,6 +14,7 @@
 #include "common/prepared_tensors.h"
 #include "core/codecs.h"
 #include "model/prepare.h"
+#include "model/tp_shard.h"
 #include "model/quantize.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
@@ -95,15 +96,17 @@ void check_rank(const ModelSpec& spec, const ModelWeights& src, int rank, int tp
     expect_same(g.post_norm, bf16_round(s.post_norm), "post_norm");
     expect_same(g.q_norm, bf16_round(s.q_norm), "q_norm");
     expect_same(g.k_norm, bf16_round(s.k_norm), "k_norm");
-    const int qr = spec.q_dim() / tp, kr = spec.kv_dim() / tp;
+    // K/V (and index) heads split, or replicated past their count (model/tp_shard.h)
+    const ModelSpec rs = tp_rank_spec(spec, tp);
+    const int qr = spec.q_dim() / tp, kr = rs.kv_dim(), kv0 = tp_rank_kv_head(spec, rank, tp);
     // row-scaled FP8: slicing rows commutes with quantizing
     expect_same(g.wq, fp8_round(slice(s.wq, rank * qr, qr, 0, H)), "wq");
-    expect_same(g.wk, fp8_round(slice(s.wk, rank * kr, kr, 0, H)), "wk");
-    expect_same(g.wv, fp8_round(slice(s.wv, rank * kr, kr, 0, H)), "wv");
+    expect_same(g.wk, fp8_round(slice(s.wk, kv0 * spec.head_dim, kr, 0, H)), "wk");
+    expect_same(g.wv, fp8_round(slice(s.wv, kv0 * spec.head_dim, kr, 0, H)), "wv");
     expect_same(g.wo, fp8_round(slice(s.wo, 0, H, rank * qr, qr)), "wo");
     if (spec.sparse(l)) {
-      const int iqr = spec.index_heads * spec.index_dim / tp;
-      expect_same(g.wiq, fp8_round(slice(s.wiq, rank * iqr, iqr, 0, H)), "wiq");
+      const int iqr = rs.index_heads * spec.index_dim;
+      expect_same(g.wiq, fp8_round(slice(s.wiq, kv0 * spec.index_dim, iqr, 0, H)), "wiq");
       expect_same(g.wik, fp8_round(s.wik), "wik");
       expect_same(g.iq_norm, bf16_round(s.iq_norm), "iq_norm");
       expect_same(g.ik_norm, bf16_round(s.ik_norm), "ik_norm");
@@ -204,6 +207,32 @@ TEST(Prepared, RoundTripTinyAllRanks) {
   ModelWeights w = synthetic_weights(spec, so);
   check_rank(spec, w, 0, 1, false);
   check_rank(spec, w, 1, 2, true);
+}
+
+// Past the KV heads (tp 4 over tiny's 2 KV and index heads) each rank's arena holds the heads its
+// query heads use, replicated; expert widths that would cut an MXFP4 block of 32 between two
+// ranks are refused, naming the field.
+TEST(Prepared, ReplicatedKvHeadsAndWholeMxfp4Blocks) {
+  ModelSpec spec = synthetic_preset("tiny");
+  spec.moe_inter = spec.shared_inter = 128;  // 32 columns per rank at tp 4
+  SyntheticOptions so;
+  so.seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(so.seed));
+  ModelWeights w = synthetic_weights(spec, so);
+  for (int rank = 0; rank < 4; ++rank) check_rank(spec, w, rank, 4, false);
+  PrepareOptions o;
+  o.tp_size = 4;
+  EXPECT_EQ(plan_prepared(spec, o).kv_heads, 1);
+  o.tp_rank = 3;
+  EXPECT_EQ(plan_prepared(spec, o).kv_head0, 1);
+  const ModelSpec tiny = synthetic_preset("tiny");  // 64 / 4 = 16 columns: half a block
+  try {
+    plan_prepared(tiny, o);
+    ADD_FAILURE() << "16 expert columns per rank were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("intermediate_size = 64 over 4 ranks gives 16 columns"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Prepared, SharedExpertOfItsOwnWidth) {
