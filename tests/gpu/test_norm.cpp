@@ -14,31 +14,56 @@
 using namespace m3;
 using namespace m3::test;
 
+namespace {
+
+// Random inputs of one case on host and device: x and residual rows [M][ld] (x ~ N(0, 9), residual
+// ~ N(0, 1)), the bf16 weight w (~ N(0, 0.04)) and its values wf.
+struct NormInputs {
+  std::vector<float> x, res, wf;
+  std::vector<uint16_t> w;
+  DevBuf<float> dx, dr;
+  DevBuf<uint16_t> dw;
+};
+NormInputs norm_inputs(std::mt19937& rng, int n, int M, int64_t ld) {
+  std::normal_distribution<float> nd;
+  NormInputs in;
+  in.x.resize(size_t(M) * ld);
+  in.res.resize(in.x.size());
+  for (auto& v : in.x) v = nd(rng) * 3.f;
+  for (auto& v : in.res) v = nd(rng);
+  in.w.resize(size_t(n));
+  in.wf.resize(size_t(n));
+  for (int i = 0; i < n; ++i) {
+    in.w[size_t(i)] = f32_to_bf16(nd(rng) * 0.2f);
+    in.wf[size_t(i)] = bf16_to_f32(in.w[size_t(i)]);
+  }
+  in.dx = DevBuf<float>(in.x.size());
+  in.dr = DevBuf<float>(in.res.size());
+  in.dw = DevBuf<uint16_t>(in.w.size());
+  in.dx.upload(in.x);
+  in.dr.upload(in.res);
+  M3_CUDA_CHECK(cudaMemcpy(in.dw.p, in.w.data(), in.w.size() * 2, cudaMemcpyHostToDevice));
+  return in;
+}
+
+}  // namespace
+
 TEST(GpuNorm, RmsNormWithResidual) {
   const uint32_t seed = gpu_test_seed() + 21;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
   struct C {
     int n, M;
   };
   for (const C& c : {C{6144, 1}, C{6144, 5}, C{6144, 64}, C{333, 7}, C{128, 3}, C{1, 2}}) {
     for (int mode = 0; mode < 3; ++mode) {  // 0: no residual, 1: residual -> residual_out, 2: in place
       const int64_t ld = c.n + 4;
-      std::vector<float> x(size_t(c.M) * ld), res(x.size());
-      for (auto& v : x) v = nd(rng) * 3.f;
-      for (auto& v : res) v = nd(rng);
-      std::vector<uint16_t> w(size_t(c.n));
-      std::vector<float> wf(size_t(c.n));
-      for (int i = 0; i < c.n; ++i) {
-        w[size_t(i)] = f32_to_bf16(nd(rng) * 0.2f);
-        wf[size_t(i)] = bf16_to_f32(w[size_t(i)]);
-      }
-      DevBuf<float> dx(x.size()), dr(res.size()), dro(res.size()), dy(x.size());
-      DevBuf<uint16_t> dw(w.size()), dyb(x.size());
-      dx.upload(x);
-      dr.upload(res);
-      M3_CUDA_CHECK(cudaMemcpy(dw.p, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+      NormInputs in = norm_inputs(rng, c.n, c.M, ld);
+      const std::vector<float>&x = in.x, &res = in.res, &wf = in.wf;
+      DevBuf<float>&dx = in.dx, &dr = in.dr;
+      DevBuf<uint16_t>& dw = in.dw;
+      DevBuf<float> dro(res.size()), dy(x.size());
+      DevBuf<uint16_t> dyb(x.size());
       dy.poison();
       dro.poison();
       M3_CUDA_CHECK(cudaMemset(dyb.p, 0xff, dyb.n * 2));
@@ -95,28 +120,19 @@ TEST(GpuNorm, PrepHalfMatchesTheHostBitForBit) {
   const uint32_t seed = gpu_test_seed() + 22;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
   struct C {
     int n, M;
-    int pad;  // ld = n + pad: 4 keeps rows 16-byte aligned (register body), 1 does not (strided)
+    int pad = 4;  // ld = n + pad: 4 keeps rows 16-byte aligned (register body), 1 does not (strided)
   };
   for (const C& c : {C{6144, 1}, C{6144, 4}, C{6144, 9}, C{2048, 3}, C{6144, 2, 1}, C{160, 5, 1}, C{8192, 2, 4}}) {
     for (int mode = 0; mode < 2; ++mode) {  // 0: x alone (layer 0), 1: x = f + residual, in place
       const int64_t ld = c.n + c.pad;
-      std::vector<float> x(size_t(c.M) * ld), res(x.size());
-      for (auto& v : x) v = nd(rng) * 3.f;
-      for (auto& v : res) v = nd(rng);
-      std::vector<uint16_t> w(size_t(c.n));
-      std::vector<float> wf(size_t(c.n));
-      for (int i = 0; i < c.n; ++i) {
-        w[size_t(i)] = f32_to_bf16(nd(rng) * 0.2f);
-        wf[size_t(i)] = bf16_to_f32(w[size_t(i)]);
-      }
-      DevBuf<float> dx(x.size()), dr(res.size()), dy(x.size()), dinv(size_t(c.M));
-      DevBuf<uint16_t> dw(w.size());
-      dx.upload(x);
-      dr.upload(res);
-      M3_CUDA_CHECK(cudaMemcpy(dw.p, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+      NormInputs in = norm_inputs(rng, c.n, c.M, ld);
+      const std::vector<float>&x = in.x, &res = in.res, &wf = in.wf;
+      const std::vector<uint16_t>& w = in.w;
+      DevBuf<float>&dx = in.dx, &dr = in.dr;
+      DevBuf<uint16_t>& dw = in.dw;
+      DevBuf<float> dy(x.size()), dinv(static_cast<size_t>(c.M));
       dy.poison();
       dinv.poison();
       kernels::RmsNormParams a;
