@@ -523,7 +523,10 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
   }
   mma::deep_epilogue<RT, NT>(
       wsmem, chain, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, lane,
-      [&](int n, int tk, float tot) { return norm_apply(p.nin, nullptr, tk, mma::scaled<W>(p, tot, n)); },
+      [&](int n, int tk, float tot) {  // (tokens past M are not stored: no inv read for them)
+        const float v = mma::scaled<W>(p, tot, n);
+        return tk < p.M ? norm_apply(p.nin, nullptr, tk, v) : v;
+      },
       [&](int tk, int col, float v) { p.y[int64_t(tk) * p.ld_y + col] = v; });
 }
 
