@@ -6,7 +6,16 @@
 # the environment (not the build tree) and agree with the installed CLI.
 #   bash pip_install.sh <m3mono-binary> <source-dir>
 set -euo pipefail
-src="${2:?usage: pip_install.sh <m3mono-binary> <source-dir>}"
+bin="${1:?usage: pip_install.sh <m3mono-binary> <source-dir>}"
+src="$(cd "${2:?usage: pip_install.sh <m3mono-binary> <source-dir>}" && pwd)"
+# the main build's compilers (pip's build would otherwise pick g++ where CMake picked c++, and
+# ccache would not recognize the objects it already holds)
+cache="$(dirname "$bin")/CMakeCache.txt"
+defs=()
+for v in CMAKE_CXX_COMPILER CMAKE_CUDA_COMPILER; do
+  c="$(sed -n "s/^$v:[A-Z]*=//p" "$cache" 2>/dev/null | head -1)"
+  if [ -n "$c" ]; then defs+=(-C "cmake.define.$v=$c"); fi
+done
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 python3 -c "import scikit_build_core, nanobind" 2>/dev/null ||
@@ -15,7 +24,7 @@ python3 -c "import scikit_build_core, nanobind" 2>/dev/null ||
 # python without a download (--no-build-isolation); nothing else is installed there
 python3 -m venv --system-site-packages "$tmp/venv"
 echo "pip install $src (build folder $tmp/build)"
-"$tmp/venv/bin/pip" install --no-build-isolation --no-deps -q -C build-dir="$tmp/build" "$src" > "$tmp/pip.log" 2>&1 ||
+"$tmp/venv/bin/pip" install --no-build-isolation --no-deps -q -C build-dir="$tmp/build" "${defs[@]}" "$src" > "$tmp/pip.log" 2>&1 ||
   { tail -40 "$tmp/pip.log"; echo "FAIL: pip install"; exit 1; }
 cd "$tmp"
 where="$(env -u PYTHONPATH "$tmp/venv/bin/python" -c 'import m3mono, os; print(os.path.realpath(m3mono.__file__))')"
