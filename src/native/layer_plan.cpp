@@ -71,10 +71,8 @@ bool set_norm_in(std::vector<OpCall>& ops, const float* a, const kernels::NormIn
   return true;
 }
 
-}  // namespace
+std::atomic<int> g_fused_norms{-1};  // set_fused_norms' override (-1: the environment's)
 
-namespace {
-std::atomic<int> g_fused_norms{-1};
 }  // namespace
 
 bool fused_norms_enabled() {
@@ -145,8 +143,9 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
   // norm of every layer and the post-attention norm of the MoE layers. The prep half is an op
   // (inv written by it), or, in decode-sized plans, fused into the op that produces the residual
   // update (the O projection, the previous layer's MoE combine: chunk sums written, each consumer
-  // computes inv); the consumers (qkv, router, the experts' gate/up) multiply by inv. The same
-  // bits either way, so a row's bits do not depend on its batch.
+  // computes inv); the consumers apply inv (qkv and the router to their outputs, the MoE split to
+  // the z it splits for the experts). The same bits either way, so a row's bits do not depend on
+  // its batch.
   const bool halves = H % kernels::kNormChunk == 0;
   const bool fuse = halves && fused_norms_enabled() && T <= kernels::kFusedNormMaxRows;
   const kernels::NormIn nin_ss{act.ss.get<float>(), nullptr, H, T, s.rms_eps};
