@@ -53,9 +53,20 @@ __device__ __forceinline__ float norm_z(float r, const uint16_t* w, int col) {
 
 // inv = 1 / sqrt(S / n + eps) from a row's C chunk sums s[0 .. C), by one whole warp (every lane
 // returns it): lane l adds chunks l, l + 32, ... in that order, then the butterfly xor 16 .. 1.
+// The loads of up to kNormInvRound chunks per lane are issued before the adds (one round trip for
+// rows of up to 32 * kNormInvRound * kNormChunk values; a loop of dependent load-adds took one
+// round trip per few chunks on every consumer's critical path).
+constexpr int kNormInvRound = 16;
 __device__ __forceinline__ float norm_inv_warp(const float* s, int C, int n, float eps, int lane) {
   float a = 0.f;
-  for (int c = lane; c < C; c += 32) a = __fadd_rn(a, s[c]);
+  for (int c0 = lane; c0 < C; c0 += 32 * kNormInvRound) {
+    float v[kNormInvRound];
+#pragma unroll
+    for (int u = 0; u < kNormInvRound; ++u) v[u] = c0 + 32 * u < C ? s[c0 + 32 * u] : 0.f;
+#pragma unroll
+    for (int u = 0; u < kNormInvRound; ++u)
+      if (c0 + 32 * u < C) a = __fadd_rn(a, v[u]);
+  }
 #pragma unroll
   for (int m = 16; m >= 1; m >>= 1) a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, m));
   return 1.0f / sqrtf(a / float(n) + eps);

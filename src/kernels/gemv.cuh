@@ -23,19 +23,20 @@
 
 namespace m3::kernels {
 
-// Rows per work item and chunks in flight per row, by tokens per pass.
-template <int MT>
+// Rows per work item and chunks in flight per row, by tokens per pass and rows.
+template <int MT, int Rows>
 struct GemvTile {
-  static constexpr int R = gemv_rows_per_item(MT);
-  static constexpr int U = gemv_chunks_in_flight(MT);
+  static constexpr int R = Rows;
+  static constexpr int U = gemv_chunks_in_flight(MT, Rows);
+  static_assert(Rows == 1 || Rows == gemv_rows_per_item(MT), "gemv_params.h: R is 1 or the default");
 };
 
 // One work item over tokens [t_begin, t_end). All kGemvThreads threads of group g call it (it
 // synchronizes the group). smem: gemv_smem_floats(MT) floats.
-template <WeightFmt W, ActFmt X, int MT>
+template <WeightFmt W, ActFmt X, int MT, int Rows>
 __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g, float* smem, int t_begin, int t_end) {
   const int tid = g.tid;
-  constexpr int R = GemvTile<MT>::R, U = GemvTile<MT>::U;
+  constexpr int R = GemvTile<MT, Rows>::R, U = GemvTile<MT, Rows>::U;
   constexpr int E = wstream::Chunk<W>::kElems;
   const int n0 = work * R;
   const int nchunks = (p.K + E - 1) / E;
@@ -88,9 +89,9 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g
           p.y[int64_t(t) * p.ld_y + n] = normed(v, t);
         }
       }
-    } else if (tid < MT * R / 2) {
+    } else if constexpr (R >= 2) {  // SwiGLU: pairs of rows in one item (the launcher's check)
       const int t = t0 + tid / (R / 2), j = tid % (R / 2), n = n0 + 2 * j;
-      if (t < t_end && n + 1 < p.N) {
+      if (tid < MT * R / 2 && t < t_end && n + 1 < p.N) {
         float g = smem[(tid / (R / 2)) * R + 2 * j], u = smem[(tid / (R / 2)) * R + 2 * j + 1];
         if constexpr (W == WeightFmt::FP8) {
           g *= p.w_scale[n];
@@ -106,16 +107,17 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g
 }
 
 // The op: item w = (row item, token group) (gemv_shape); a group covers tokens [y * MT, + MT), or
-// all M tokens when there is one group (M <= MT).
-template <WeightFmt W, ActFmt X, int MT>
+// all M tokens when there is one group (M <= MT). Rows: p.rows (the launcher picks the instance;
+// SwiGLU takes the default R, whose pairs of rows stay in one item).
+template <WeightFmt W, ActFmt X, int MT, int Rows = gemv_rows_per_item(MT)>
 struct GemvOp : OpBounds<kGemvThreads> {
   using Params = GemvParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
-    const int items = gemv_work_items(p.N, MT);
+    const int items = gemv_work_items(p.N, Rows);
     const int x = int(w % items), y = int(w / items);
     const int tb = p.token_groups == 1 ? 0 : y * MT;
     const int te = p.token_groups == 1 ? p.M : min(p.M, tb + MT);
-    gemv_work<W, X, MT>(p, x, g, reinterpret_cast<float*>(smem), tb, te);
+    gemv_work<W, X, MT, Rows>(p, x, g, reinterpret_cast<float*>(smem), tb, te);
   }
 };
 

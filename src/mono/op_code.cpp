@@ -58,6 +58,7 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
       if (p.xfmt != ActFmt::F32) return no("GEMV over bf16 activations");
       if (p.token_groups != 1 || (p.mt != 1 && p.mt != 2 && p.mt != 4))
         return no(fmt::format("GEMV of {} tokens ({} per pass)", p.M, p.mt));
+      if (p.rows != 1) return no(fmt::format("GEMV of {} rows per item (mono's router runs one)", p.rows));
       const int i = p.mt == 1 ? 0 : p.mt == 2 ? 1 : 2;
       if (p.wfmt == WeightFmt::F32) return OpCode(int(OpCode::GemvF32M1) + i);
       if (p.wfmt == WeightFmt::BF16) return OpCode(int(OpCode::GemvBf16M1) + i);

@@ -28,7 +28,7 @@ enum class OpCode : uint8_t {
   AttnSplitBf16D64,
   AttnSplitBf16D128,
   AttnCombine,
-  GemvF32M1,  // the router: F32 or BF16 weights, fp32 activations, 1 / 2 / 4 tokens per pass
+  GemvF32M1,  // the router: F32 or BF16 weights, fp32 activations, 1 / 2 / 4 tokens per pass, one row per item
   GemvF32M2,
   GemvF32M4,
   GemvBf16M1,

@@ -55,10 +55,20 @@ WeightFmt weight_fmt(DType t, const char* what) {
 template <WeightFmt W, ActFmt X>
 void launch_gemv(const kernels::GemvParams& p, cudaStream_t s, const LaunchOptions& o) {
   const kernels::WorkShape sh = kernels::gemv_shape(p);
+  M3_CHECK(p.rows == kernels::gemv_rows_per_item(p.mt) || (p.rows == 1 && !p.swiglu && p.mt <= 4),
+           "gemv: {} rows per item at {} tokens per pass{} (1 without SwiGLU up to 4 tokens, or {})", p.rows, p.mt,
+           p.swiglu ? " with SwiGLU" : "", kernels::gemv_rows_per_item(p.mt));
+  const bool one = p.rows == 1;
   switch (p.mt) {
-    case 1: return launch_op<kernels::GemvOp<W, X, 1>>(p, sh, s, "gemv", o);
-    case 2: return launch_op<kernels::GemvOp<W, X, 2>>(p, sh, s, "gemv", o);
-    case 4: return launch_op<kernels::GemvOp<W, X, 4>>(p, sh, s, "gemv", o);
+    case 1:
+      return one ? launch_op<kernels::GemvOp<W, X, 1, 1>>(p, sh, s, "gemv", o)
+                 : launch_op<kernels::GemvOp<W, X, 1>>(p, sh, s, "gemv", o);
+    case 2:
+      return one ? launch_op<kernels::GemvOp<W, X, 2, 1>>(p, sh, s, "gemv", o)
+                 : launch_op<kernels::GemvOp<W, X, 2>>(p, sh, s, "gemv", o);
+    case 4:
+      return one ? launch_op<kernels::GemvOp<W, X, 4, 1>>(p, sh, s, "gemv", o)
+                 : launch_op<kernels::GemvOp<W, X, 4>>(p, sh, s, "gemv", o);
     case 8: return launch_op<kernels::GemvOp<W, X, 8>>(p, sh, s, "gemv", o);
     case 16: return launch_op<kernels::GemvOp<W, X, 16>>(p, sh, s, "gemv", o);
     default: M3_FAIL("gemv: {} tokens per pass (1, 2, 4, 8 or 16)", p.mt);
@@ -129,6 +139,10 @@ kernels::GemvParams make_gemv_params(const void* w, DType wdtype, const float* w
   // more tokens than one pass: one item per (rows, MT tokens) instead of every item walking all M
   // (the F32 router over an 8K-token prefill took 16.8 ms a layer on an H200 that way)
   p.token_groups = (M + p.mt - 1) / p.mt;
+  // one row per item where the default R leaves SMs idle (the router: 128 rows, 32 items of 4);
+  // the same sums either way
+  const int R = kernels::gemv_rows_per_item(p.mt);
+  p.rows = !p.swiglu && p.mt <= 4 && int64_t(kernels::gemv_work_items(N, R)) * p.token_groups < device_sm_count() ? 1 : R;
   return p;
 }
 

@@ -438,6 +438,7 @@ std::vector<native::OpCall> moe_layer_ops(int layer, int M, std::vector<std::vec
   gp.K = 256;
   gp.M = M;
   gp.wfmt = kernels::WeightFmt::F32;
+  gp.rows = 1;  // as make_gemv_params picks for a router of a few rows
   add(native::OpKind::Gemv, "router", gp);
   kernels::MoeRouteParams rp;
   rp.select.M = M;

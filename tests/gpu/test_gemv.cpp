@@ -332,3 +332,45 @@ TEST(GpuGemv, RowsDoNotDependOnM) {
     }
   }
 }
+
+// Rows per work item (GemvParams::rows: one, or the default R) change only how the rows are spread
+// over the GPU, never a row's sum: the same params with either R give the same bits (and both
+// match the CPU reference). The router (128 rows) runs one row per item on an H200.
+TEST(GpuGemv, RowsPerItemDoNotChangeTheBits) {
+  const uint32_t seed = gpu_test_seed() + 11;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  struct C {
+    int N, K;
+    DType wt;
+  };
+  int compared = 0;
+  for (const C& c : {C{128, 6144, DType::F32}, C{37, 1000, DType::F32}, C{128, 6144, DType::BF16}})
+    for (int M : {1, 2, 3, 4}) {
+      Mat w = random_weight(rng, c.N, c.K);
+      DenseDev d = upload_dense(w, c.wt);
+      const int64_t ldx = (c.K + 7) / 8 * 8;
+      auto x = random_acts(rng, M, c.K, ldx);
+      std::vector<float> out[2];
+      for (int one = 0; one < 2; ++one)
+        out[one] = run_linear(x, M, c.K, ldx, DType::F32, c.N, [&](native::ActIn a, float* y, int64_t ldy) {
+          auto p = native::make_gemv_params(d.data.p, c.wt, nullptr, d.ld, c.N, c.K, a, M, y, ldy, false, 0.f, 0.f);
+          p.rows = one ? 1 : kernels::gemv_rows_per_item(p.mt);
+          native::launch(p, nullptr);
+        });
+      const int64_t ldy = c.N + 3;
+      for (int t = 0; t < M; ++t)
+        for (int n = 0; n < c.N; ++n) {
+          const float a = out[0][size_t(t) * ldy + n], b = out[1][size_t(t) * ldy + n];
+          ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << "token " << t << " row " << n << " not written (poison)";
+          ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << c.N << "x" << c.K << " M " << M << " token " << t << " row " << n
+                                               << ": R=default " << a << ", R=1 " << b;
+          ++compared;
+        }
+      // and right: the fp32 dot-product bound of the other GEMV tests against the CPU reference
+      const double atol = fp32_dot_bound(c.K, c.wt == DType::BF16 ? 8 : 4, false) * abs_dot_max(d.deq, x, M, ldx);
+      expect_close_rows(out[1], ldy, ref_linear(d.deq, x, M, ldx), M, c.N, atol, 0,
+                        std::to_string(c.N) + "x" + std::to_string(c.K) + " R=1 M=" + std::to_string(M));
+    }
+  std::printf("GpuGemv rows per item: %d values bitwise equal between R = 1 and the default\n", compared);
+}

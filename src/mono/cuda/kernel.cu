@@ -68,12 +68,12 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
     case OpCode::AttnSplitBf16D64: return run<AttentionSplitOp<CacheBf16, 64>>(item, g, smem);
     case OpCode::AttnSplitBf16D128: return run<AttentionSplitOp<CacheBf16, 128>>(item, g, smem);
     case OpCode::AttnCombine: return run<AttentionCombineOp>(item, g, smem);
-    case OpCode::GemvF32M1: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 1>>(item, g, smem);
-    case OpCode::GemvF32M2: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 2>>(item, g, smem);
-    case OpCode::GemvF32M4: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 4>>(item, g, smem);
-    case OpCode::GemvBf16M1: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 1>>(item, g, smem);
-    case OpCode::GemvBf16M2: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 2>>(item, g, smem);
-    case OpCode::GemvBf16M4: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 4>>(item, g, smem);
+    case OpCode::GemvF32M1: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 1, 1>>(item, g, smem);
+    case OpCode::GemvF32M2: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 2, 1>>(item, g, smem);
+    case OpCode::GemvF32M4: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 4, 1>>(item, g, smem);
+    case OpCode::GemvBf16M1: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 1, 1>>(item, g, smem);
+    case OpCode::GemvBf16M2: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 2, 1>>(item, g, smem);
+    case OpCode::GemvBf16M4: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 4, 1>>(item, g, smem);
     case OpCode::MoeRoute: return run<MoeRouteOp>(item, g, smem);
     case OpCode::MoeSplit: return run<MoeSplitOp>(item, g, smem);
     case OpCode::MoeWideStaged3: return run<MoeWideOp<3>>(item, g, smem);
