@@ -55,10 +55,10 @@
 //     Weights reach the registers either directly (chain_sum: two register groups, one in flight)
 //     or through a per-warp ring of shared-memory stages filled by cp.async (chain_sum_staged:
 //     the same blocks and sums, more bytes in flight; needs 4-byte aligned scale rows).
-//   deep (prefill): one warp = one tile (row tile, 8*NT pairs of one entry), all chains one after
-//     another (running total in per-warp shared memory); warps walk the tile list persistently:
-//     tile i -> entry a (in entry order), then token tile (slow) and row tile (fast): the warps of
-//     a CTA share activations through L1, the warps running together share weights through L2.
+//   deep (prefill): one warp = one warp tile (32 rows x 32 pairs of one entry), all chains one
+//     after another (running total in per-warp shared memory); persistent CTAs of 8 warps walk a
+//     list of CTA tiles (128 rows x 64 pairs), each K block's activations and codes staged once per
+//     CTA in a shared-memory ring (moe_mma_deep_work).
 #pragma once
 #include <cstdint>
 
@@ -122,6 +122,15 @@ __device__ __forceinline__ void load_wblk(WBlk& r, const uint8_t* const (&crow)[
   }
 }
 
+// Zero the elements at or past K of a split group (k = its first element; word i: low half element
+// k + i, high half k + i + 4).
+__device__ __forceinline__ void mask_past_k(int k, int K, uint4& hi, uint4& lo) {
+  auto mask = [&](int i) { return (k + i < K ? 0x0000ffffu : 0u) | (k + i + 4 < K ? 0xffff0000u : 0u); };
+  const uint32_t m0 = mask(0), m1 = mask(1), m2 = mask(2), m3 = mask(3);
+  hi.x &= m0; hi.y &= m1; hi.z &= m2; hi.w &= m3;
+  lo.x &= m0; lo.y &= m1; lo.z &= m2; lo.w &= m3;
+}
+
 // Split group k / 8 of a token's row (k = 128b + 32t + 8j): hi and lo words {e_i, e_i+4}, i = 0..3
 // (see the header); zero for a padding token and (FULL false) elements at or past K.
 template <bool FULL>
@@ -133,15 +142,7 @@ __device__ __forceinline__ void act_group(const uint16_t* xr, bool ok, int k, in
     hi = __ldg(q);
     lo = __ldg(q + 1);
   }
-  if constexpr (!FULL) {
-    // word i: low half element k + i, high half k + i + 4
-    auto mask = [&](int i) {
-      return (k + i < K ? 0x0000ffffu : 0u) | (k + i + 4 < K ? 0xffff0000u : 0u);
-    };
-    const uint32_t m0 = mask(0), m1 = mask(1), m2 = mask(2), m3 = mask(3);
-    hi.x &= m0; hi.y &= m1; hi.z &= m2; hi.w &= m3;
-    lo.x &= m0; lo.y &= m1; lo.z &= m2; lo.w &= m3;
-  }
+  if constexpr (!FULL) mask_past_k(k, K, hi, lo);
 }
 
 // B fragments (hi, lo) of step 2j + odd from word j's group: words 2 odd and 2 odd + 1.
@@ -188,16 +189,17 @@ __device__ __forceinline__ void store_split(uint16_t* row, int j, float v) {
   g[8] = uint16_t(l);
 }
 
-// One block's 8 steps (hi MMA then lo MMA) from +0 into blk, added to chain. kc = 128b + 32t.
-template <int RT, int NT, bool FULL>
-__device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* const (&xr)[NT], const bool (&tok)[NT],
-                                          int kc, int K, float (&chain)[RT][NT][4]) {
+// One block's 8 steps (hi MMA then lo MMA) from +0 into blk, added to chain. act(nt, j, hi, lo):
+// token tile nt's split group j of the lane's run (element k = kc + 8j, kc = 128b + 32t) as
+// act_group<FULL> gives it (zero for padding tokens and, FULL false, past K).
+template <int RT, int NT, class Act>
+__device__ __forceinline__ void block_mma_with(const WBlk (&wr)[RT], Act act, float (&chain)[RT][NT][4]) {
   float blk[RT][NT][4];
   mma::zero<RT, NT>(blk);
   if constexpr (NT == 1) {  // decode: the token's whole run first (8 loads in flight), then the steps
     uint4 v0[4], v1[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) act_group<FULL>(xr[0], tok[0], kc + 8 * j, K, v0[j], v1[j]);
+    for (int j = 0; j < 4; ++j) act(0, j, v0[j], v1[j]);
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
       uint32_t bh[2], bl[2];
@@ -211,11 +213,11 @@ __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* 
       }
     }
   } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
-#pragma unroll 2
+#pragma unroll
     for (int j = 0; j < 4; ++j) {
       uint4 v0[NT], v1[NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) act_group<FULL>(xr[nt], tok[nt], kc + 8 * j, K, v0[nt], v1[nt]);
+      for (int nt = 0; nt < NT; ++nt) act(nt, j, v0[nt], v1[nt]);
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
         uint32_t a[RT][4];
@@ -235,6 +237,14 @@ __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* 
     }
   }
   mma::add_into<RT, NT>(chain, blk);
+}
+
+// block_mma_with, the activations read from global memory (rows xr[nt], tok[nt]: a real pair).
+template <int RT, int NT, bool FULL>
+__device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* const (&xr)[NT], const bool (&tok)[NT],
+                                          int kc, int K, float (&chain)[RT][NT][4]) {
+  block_mma_with<RT, NT>(
+      wr, [&](int nt, int j, uint4& hi, uint4& lo) { act_group<FULL>(xr[nt], tok[nt], kc + 8 * j, K, hi, lo); }, chain);
 }
 
 // Blocks per load group: decode tiles (NT 1) hold two groups (one in flight while the other is
@@ -525,57 +535,216 @@ __device__ __forceinline__ void moe_mma_staged_item(const MoeMmaParams& p, int64
   }
 }
 
-// ---- deep mode: one warp = one tile, chains one after another, persistent over the tile list ----
+// ---- deep mode: CTA tiles through a shared-memory ring, persistent over the tile list ----
+// CTA tile = (entry, token tile of kMoeDeepTokens pairs, row group of kMoeDeepRows rows); the list
+// in entry order, then token tile, then row group (fastest). CTA w takes tiles w, w + workers, ...
+// Its steps (tile, K block b) run through a ring of kMoeDeepStages stages that all threads fill
+// with cp.async kMoeDeepStages - 1 steps ahead (across tile boundaries): the block's activations
+// of the tile's pairs (zero for padding pairs and for groups at or past K) and its weight codes
+// (zero past N and past the row's chunks). Warp w of the CTA owns the warp tile of rows
+// 32 (w % kMoeDeepRowGroups) and pairs 32 (w / kMoeDeepRowGroups) of the CTA tile and walks its
+// chains exactly as chain_sum does (the same blocks, block sums from +0 and chain sums), chains
+// 0..P-2 into its running total (add_running), then deep_epilogue: the bits of every other walk.
+// Scale bytes are read by the lanes from global memory, one block ahead.
+namespace moe_mma {
 
-// Tiles i = warp_id, warp_id + nwarps, ... of the list (entry order; inside an entry token tile
-// major, row tile minor: the warps of an item share their tokens' activations through L1).
-// row_tiles = ceil(N / (16 RT)). wsmem: mma_deep_smem_floats_per_warp(RT, NT) floats private to
-// the warp. No group barrier.
-template <int RT, int NT>
-__device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int row_tiles, int warp_id, int nwarps,
-                                                  int lane, float* wsmem) {
-  const int num = *p.num_entries;
-  const int P = p.chains, g = lane >> 2;
-  const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock;
-  int a = 0, base = 0;  // entry a's first tile is number `base`
-  int begin = 0, end = 0, tok_tiles = 0;
-  if (num > 0) {
-    begin = p.entry_begin[0];
-    end = p.entry_begin[1];
-    tok_tiles = (end - begin + 8 * NT - 1) / (8 * NT);
+// Where the walk stands in the tile list (entry a, whose first tile is number `base`).
+struct DeepWalk {
+  int a = 0, base = 0, begin = 0, end = 0, tok_tiles = 0;
+
+  __device__ __forceinline__ void start(const MoeMmaParams& p, int num) {
+    if (num > 0) {
+      begin = p.entry_begin[0];
+      end = p.entry_begin[1];
+      tok_tiles = (end - begin + kMoeDeepTokens - 1) / kMoeDeepTokens;
+    }
   }
-  for (int i = warp_id;; i += nwarps) {
-    while (a < num && i >= base + row_tiles * tok_tiles) {
-      base += row_tiles * tok_tiles;
+  // Tile i (at or after the last one sought): false past the list; else its entry, first pair t0
+  // and first row n0.
+  __device__ __forceinline__ bool seek(const MoeMmaParams& p, int num, int groups, int i, int& t0, int& n0) {
+    while (a < num && i >= base + groups * tok_tiles) {
+      base += groups * tok_tiles;
       if (++a < num) {
         begin = end;
         end = p.entry_begin[a + 1];
-        tok_tiles = (end - begin + 8 * NT - 1) / (8 * NT);
+        tok_tiles = (end - begin + kMoeDeepTokens - 1) / kMoeDeepTokens;
       }
     }
-    if (a >= num) return;
-    const int local = i - base, tt = local / row_tiles, tile_n = local % row_tiles;
-    const int slot = p.entry_slot[a];
-    const uint8_t* codes = p.codes + int64_t(slot) * p.slot_codes;
+    if (a >= num) return false;
+    const int local = i - base;
+    t0 = begin + local / groups * kMoeDeepTokens;
+    n0 = local % groups * kMoeDeepRows;
+    return true;
+  }
+};
+
+// The physical 16-byte chunk of chunk c (0..31: group c / 2 of the block, hi for even c) in an
+// activation row of the ring: c ^ (2 (c / 8) + (row & 1)) within its 8-chunk run. A quarter warp
+// (lanes g in {2m, 2m + 1}, t = 0..3, one group j) then reads 8 distinct bank groups.
+__device__ __forceinline__ int deep_chunk(int row, int c) { return c ^ ((((c >> 3) << 1) | (row & 1)) & 7); }
+
+// What one thread of the CTA copies into the ring for the producer's current tile: activation
+// chunk c = tid % 32 of the tile's pairs tid / 32 + 8 r (r = 0..7; their rows' offsets, -1 for
+// padding pairs, set once per tile), code chunk tid % 4 of rows tid / 4 and tid / 4 + 64.
+struct DeepFeed {
+  static constexpr int kThreads = 32 * kMoeDeepWarps, kActRows = kMoeDeepTokens * 32 / kThreads,
+                       kCodeRows = kMoeDeepRows * 4 / kThreads;
+  int64_t xoff[kActRows];  // uint16 offset of the row's chunk c in p.xs, -1: padding
+  const uint8_t* codes = nullptr;
+  int n0 = 0;
+
+  __device__ __forceinline__ void tile(const MoeMmaParams& p, int slot, int t0, int end, int tile_n0, int tid) {
+    const int c = tid & 31;
+#pragma unroll
+    for (int r = 0; r < kActRows; ++r) {
+      const int pp = t0 + tid / 32 + r * (kThreads / 32);
+      xoff[r] = pp < end ? int64_t(p.pair_row ? p.pair_row[pp] : pp) * p.ld_xs + 8 * c : -1;
+    }
+    codes = p.codes + int64_t(slot) * p.slot_codes;
+    n0 = tile_n0;
+  }
+  // Block b of the tile into stage `st` (zeros for padding pairs, groups at or past K, rows past N
+  // and chunks past the row's).
+  __device__ __forceinline__ void issue(const MoeMmaParams& p, int b, uint8_t* st, int tid) const {
+    const int c = tid & 31;
+    const bool kok = 8 * (16 * b + (c >> 1)) < p.K;
+#pragma unroll
+    for (int r = 0; r < kActRows; ++r) {
+      const int row = tid / 32 + r * (kThreads / 32);
+      const bool ok = kok && xoff[r] >= 0;
+      cp_async_16(st + row * 512 + deep_chunk(row, c) * 16, ok ? p.xs + xoff[r] + 256 * int64_t(b) : p.xs,
+                  ok ? 16 : 0);
+    }
+    const int nchunks = (p.K + 31) / 32, cc = 4 * b + (tid & 3);
+    uint8_t* cst = st + kMoeDeepActBytes;
+#pragma unroll
+    for (int r = 0; r < kCodeRows; ++r) {
+      const int q = tid + r * kThreads, n = n0 + (q >> 2);
+      const bool ok = n < p.N && cc < nchunks;
+      cp_async_16(cst + q * 16, ok ? codes + int64_t(n) * p.ld + 16 * int64_t(cc) : p.codes, ok ? 16 : 0);
+    }
+  }
+};
+
+}  // namespace moe_mma
+
+__device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int worker, Group g, uint8_t* smem) {
+  constexpr int RT = kMoeDeepRT, NT = kMoeDeepNT, S = kMoeDeepStages;
+  const int num = *p.num_entries;
+  const int groups = moe_deep_row_groups(p), P = p.chains;
+  const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock, nchunks = (p.K + 31) / 32;
+  const int lane = g.lane(), warp = g.warp(), gl = lane >> 2, t = lane & 3;
+  const int wr0 = 16 * RT * (warp % kMoeDeepRowGroups), wt0 = 8 * NT * (warp / kMoeDeepRowGroups);
+  float* wsmem = reinterpret_cast<float*>(smem + S * kMoeDeepStageBytes) +
+                 warp * mma_deep_smem_floats_per_warp(RT, NT);
+
+  // producer: the next step to issue (tile ip, block bp)
+  moe_mma::DeepWalk pw;
+  moe_mma::DeepFeed feed;
+  pw.start(p, num);
+  int ip = worker, bp = 0;
+  auto seek_feed = [&] {
+    int t0, n0;
+    const bool more = pw.seek(p, num, groups, ip, t0, n0);
+    if (more) feed.tile(p, p.entry_slot[pw.a], t0, pw.end, n0, g.tid);
+    return more;
+  };
+  bool pmore = seek_feed();
+  auto issue_next = [&](int stage) {
+    if (pmore) {
+      feed.issue(p, bp, smem + stage * kMoeDeepStageBytes, g.tid);
+      if (++bp == blocks) {
+        bp = 0;
+        ip += p.workers;
+        pmore = seek_feed();
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue_next(s);
+
+  // consumer
+  moe_mma::DeepWalk cw;
+  cw.start(p, num);
+  int stage = 0;
+  for (int i = worker;; i += p.workers) {
+    int t0, n0;
+    if (!cw.seek(p, num, groups, i, t0, n0)) break;  // uniform over the CTA
+    const int end = cw.end, slot = p.entry_slot[cw.a];
     const uint8_t* scales = p.scales + int64_t(slot) * p.slot_scales;
-    const int n0 = tile_n * 16 * RT, t0 = begin + tt * 8 * NT;
-    const uint16_t* xr[NT];
-    bool tok[NT];
-    moe_mma::tile_tokens<NT>(p, t0, end, g, xr, tok);
+    // the lane's scale rows (rows past N read row 0 and are masked)
+    const uint8_t* srow[RT][2];
+    bool rok[RT][2];
+    mma::tile_rows<RT>(scales, p.sld, n0 + wr0, gl, p.N, srow, rok);
+    auto scale_bytes = [&](int b, uint32_t(&sb)[RT][2]) {
+      const int c = 4 * b + t;
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sb[rt][h] = rok[rt][h] && c < nchunks ? uint32_t(__ldg(srow[rt][h] + c)) : 127u;
+    };
+    uint32_t sb[RT][2];
+    scale_bytes(0, sb);
     float chain[RT][NT][4];
-    for (int j = 0; j < P; ++j) {
-      moe_mma::chain_sum<RT, NT>(p, codes, scales, n0, xr, tok, mma::chain_begin(j, blocks, P),
-                                 mma::chain_begin(j + 1, blocks, P), lane, chain);
-      if (j + 1 == P) break;  // the last chain's sum is added straight from registers below
-      mma::add_running<RT, NT>(wsmem, chain, j, lane);
+    mma::zero<RT, NT>(chain);
+    int j = 0, chain_end = mma::chain_begin(1, blocks, P);
+    for (int b = 0; b < blocks; ++b) {
+      cp_async_wait<S - 2>();
+      g.sync();  // step (i, b) is in `stage` for every thread; stage - 1 is free again
+      issue_next(stage == 0 ? S - 1 : stage - 1);
+      uint32_t sn[RT][2];
+      if (b + 1 < blocks) scale_bytes(b + 1, sn);
+      const uint8_t* st = smem + stage * kMoeDeepStageBytes;
+      const uint8_t* cst = st + kMoeDeepActBytes;
+      moe_mma::WBlk wr[RT];
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wr[rt].v[h] = mma::ld_shared_16(cst + (wr0 + rt * 16 + 8 * h + gl) * 64 + 16 * t);
+          wr[rt].m[h] = moe_mma::scale_mult(sb[rt][h]);
+        }
+      const int kc = b * kMoeKBlock + 32 * t;
+      auto act = [&](int nt, int jj, uint4& hi, uint4& lo) {
+        const int row = wt0 + 8 * nt + gl, c = 8 * t + 2 * jj;
+        const uint8_t* r = st + row * 512;
+        hi = mma::ld_shared_16(r + moe_mma::deep_chunk(row, c) * 16);
+        lo = mma::ld_shared_16(r + moe_mma::deep_chunk(row, c + 1) * 16);
+      };
+      if ((b + 1) * kMoeKBlock <= p.K) {
+        moe_mma::block_mma_with<RT, NT>(wr, act, chain);
+      } else {
+        moe_mma::block_mma_with<RT, NT>(
+            wr,
+            [&](int nt, int jj, uint4& hi, uint4& lo) {
+              act(nt, jj, hi, lo);
+              moe_mma::mask_past_k(kc + 8 * jj, p.K, hi, lo);
+            },
+            chain);
+      }
+      if (b + 1 < blocks) {
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) sb[rt][h] = sn[rt][h];
+      }
+      stage = stage + 1 == S ? 0 : stage + 1;
+      if (b + 1 == chain_end && j + 1 < P) {  // chain j done: into the running total, the next from +0
+        mma::add_running<RT, NT>(wsmem, chain, j, lane);
+        mma::zero<RT, NT>(chain);
+        chain_end = mma::chain_begin(++j + 1, blocks, P);
+      }
     }
     mma::deep_epilogue<RT, NT>(
-        wsmem, chain, P, n0, t0, p.N, end, p.swiglu != 0, p.alpha, p.limit, lane, [](int, int, float tot) { return tot; },
+        wsmem, chain, P, n0 + wr0, t0 + wt0, p.N, end, p.swiglu != 0, p.alpha, p.limit, lane,
+        [](int, int, float tot) { return tot; },
         [&](int pp, int col, float v) {
           p.y[int64_t(pp) * p.ld_y + col] = v;
           if (p.ys) moe_mma::store_split(p.ys + int64_t(pp) * p.ld_ys, col, v);
         });
   }
+  cp_async_wait<0>();
 }
 
 // ---- the split of fp32 activations (the header's layout) ----
@@ -633,17 +802,10 @@ struct MoeWideOp : OpBounds<32 * kMoeMaxChains> {
   }
 };
 
-// Deep: two resident items per SM (the persistent grid is one wave: workers = 2 x SMs).
-constexpr int kMoeDeepItemsPerSm = 2;
-struct MoeDeepOp : OpBounds<32 * kMoeDeepWarps, kMoeDeepItemsPerSm> {
+// Deep: one persistent CTA per SM (the grid is one wave: workers = SMs).
+struct MoeDeepOp : OpBounds<32 * kMoeDeepWarps, 1> {
   using Params = MoeMmaParams;
-  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
-    constexpr int kPerWarp = mma_deep_smem_floats_per_warp(kMoeDeepRT, kMoeDeepNT);
-    const int warp = g.warp();
-    moe_mma_deep_work<kMoeDeepRT, kMoeDeepNT>(p, moe_row_tiles(p), int(w) * kMoeDeepWarps + warp,
-                                              p.workers * kMoeDeepWarps, g.lane(),
-                                              reinterpret_cast<float*>(smem) + warp * kPerWarp);
-  }
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) { moe_mma_deep_work(p, int(w), g, smem); }
 };
 
 }  // namespace m3::kernels

@@ -16,7 +16,6 @@ namespace m3::kernels {
 // ---- tensor cores (moe_mma.cuh) ----
 constexpr int kMoeKBlock = 128;   // K elements per block (4 lanes x one 32-element MX block)
 constexpr int kMoeMaxChains = 16; // warps per item in the wide mode
-constexpr int kMoeDeepWarps = 4;  // warps per item in the deep mode
 
 struct MoeMmaParams {
   const uint8_t* codes = nullptr;   // [slots][N][ld]
@@ -47,8 +46,13 @@ struct MoeMmaParams {
 };
 
 // Tilings (any gives the same bits, moe_mma.cuh): wide 32 rows x 8 pairs per item and P warps;
-// deep 32 rows x 32 pairs per warp.
+// deep 32 rows x 32 pairs per warp, a CTA of kMoeDeepRowGroups x kMoeDeepTokGroups warps.
 constexpr int kMoeWideRT = 2, kMoeWideNT = 1, kMoeDeepRT = 2, kMoeDeepNT = 4;
+constexpr int kMoeDeepRowGroups = 4, kMoeDeepTokGroups = 2;
+constexpr int kMoeDeepWarps = kMoeDeepRowGroups * kMoeDeepTokGroups;
+constexpr int kMoeDeepRows = 16 * kMoeDeepRT * kMoeDeepRowGroups;   // 128 weight rows per CTA tile
+constexpr int kMoeDeepTokens = 8 * kMoeDeepNT * kMoeDeepTokGroups;  // 64 pairs per CTA tile
+constexpr int kMoeDeepStages = 4;                                    // ring stages (blocks in flight)
 
 // P: enough warps to stream the experts of a batch-1 step (4 entries assumed: top-k of the smallest
 // models we run is >= 4) at about 16 warps per SM over the ceil(N/16) row tiles; at most
@@ -93,18 +97,24 @@ inline bool moe_can_stage(const MoeMmaParams& p) {
          p.slot_scales % 16 == 0 && a16(p.codes) && a16(p.scales);
 }
 
-M3_HOST_DEVICE inline int moe_row_tiles(const MoeMmaParams& p) {
-  const int rt = p.deep ? kMoeDeepRT : kMoeWideRT;
-  return (p.N + 16 * rt - 1) / (16 * rt);
-}
+M3_HOST_DEVICE inline int moe_row_tiles(const MoeMmaParams& p) { return (p.N + 16 * kMoeWideRT - 1) / (16 * kMoeWideRT); }
+
+// The deep walk's ring (moe_mma.cuh, moe_mma_deep_work), per stage: one K block of the CTA tile's
+// activations ([kMoeDeepTokens pairs][128 elements as split groups, 512 B], 16-byte chunks
+// swizzled), then of its weight codes ([kMoeDeepRows rows][64 B]). After the ring: the warps'
+// running totals (mma_deep_smem_floats_per_warp floats each).
+constexpr int kMoeDeepActBytes = kMoeDeepTokens * kMoeKBlock * 4;
+constexpr int kMoeDeepCodeBytes = kMoeDeepRows * kMoeKBlock / 2;
+constexpr int kMoeDeepStageBytes = kMoeDeepActBytes + kMoeDeepCodeBytes;
+constexpr int kMoeDeepSmemBytes =
+    kMoeDeepStages * kMoeDeepStageBytes + kMoeDeepWarps * mma_deep_smem_floats_per_warp(kMoeDeepRT, kMoeDeepNT) * 4;
+M3_HOST_DEVICE inline int moe_deep_row_groups(const MoeMmaParams& p) { return (p.N + kMoeDeepRows - 1) / kMoeDeepRows; }
 
 // Wide: item = (row tile, entry), row tile fastest, entries in reverse order (the last real entry,
 // the shared expert with every token and so the most token tiles, starts first); 32 P threads.
-// Deep: item = one of `workers` persistent walkers of the tile list, kMoeDeepWarps warps each.
+// Deep: item = one of `workers` persistent CTAs walking the list of CTA tiles, kMoeDeepWarps warps.
 M3_HOST_DEVICE inline WorkShape moe_mma_shape(const MoeMmaParams& p) {
-  if (p.deep)
-    return {p.workers, 32 * kMoeDeepWarps,
-            kMoeDeepWarps * mma_deep_smem_floats_per_warp(kMoeDeepRT, kMoeDeepNT) * 4};
+  if (p.deep) return {p.workers, 32 * kMoeDeepWarps, kMoeDeepSmemBytes};
   return {int64_t(moe_row_tiles(p)) * p.max_entries, 32 * p.chains, moe_wide_smem_bytes(p.chains, p.stages)};
 }
 

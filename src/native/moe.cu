@@ -135,7 +135,7 @@ kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, con
   p.max_entries = entries;
   p.deep = deep ? 1 : 0;
   p.stages = !deep && tokens > 1 && stageable(p) ? kWideStages : 0;
-  p.workers = deep ? device_sm_count() * kernels::kMoeDeepItemsPerSm : 0;  // one resident wave
+  p.workers = deep ? device_sm_count() : 0;  // one resident wave of one CTA per SM
   return p;
 }
 
@@ -287,7 +287,14 @@ void launch(const kernels::MoeSplitParams& p, cudaStream_t stream, const LaunchO
 
 void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOptions& opt) {
   const kernels::WorkShape sh = kernels::moe_mma_shape(p);
-  if (p.deep) launch_op<kernels::MoeDeepOp>(p, sh, stream, "moe_mma", opt);
+  if (p.deep) {
+    // the deep walk's ring is filled by 16-byte cp.async of code rows and activation groups
+    auto a16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    M3_CHECK(a16(p.codes) && p.ld % 16 == 0 && p.slot_codes % 16 == 0 && a16(p.xs) && p.ld_xs % 8 == 0,
+             "moe_mma deep: code rows ({} B, slots of {} B) and split activations (ld {}) must be 16-byte aligned",
+             p.ld, p.slot_codes, p.ld_xs);
+    launch_op<kernels::MoeDeepOp>(p, sh, stream, "moe_mma", opt);
+  }
   else if (p.stages == kWideStages) launch_op<kernels::MoeWideOp<kWideStages>>(p, sh, stream, "moe_mma", opt);
   else if (p.stages == 0) launch_op<kernels::MoeWideOp<0>>(p, sh, stream, "moe_mma", opt);
   else M3_FAIL("moe_mma: {} stages (0 or {})", p.stages, kWideStages);
