@@ -28,11 +28,11 @@ template <int MT, int Rows>
 struct GemvTile {
   static constexpr int R = Rows;
   static constexpr int U = gemv_chunks_in_flight(MT, Rows);
-  static_assert(Rows == 1 || Rows == gemv_rows_per_item(MT), "gemv_params.h: R is 1 or the default");
+  static_assert(gemv_rows_ok(MT, Rows, false), "gemv_params.h: R is 1, the default or the prefill R");
 };
 
 // One work item over tokens [t_begin, t_end). All kGemvThreads threads of group g call it (it
-// synchronizes the group). smem: gemv_smem_floats(MT) floats.
+// synchronizes the group). smem: gemv_smem_floats(MT, R) floats.
 template <WeightFmt W, ActFmt X, int MT, int Rows>
 __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g, float* smem, int t_begin, int t_end) {
   const int tid = g.tid;
@@ -46,7 +46,7 @@ __device__ __forceinline__ void gemv_work(const GemvParams& p, int work, Group g
 
   // the norm's inv per token (norm_apply; computed here from the chunk sums, published by
   // block_sum's first barrier)
-  float* inv = smem + gemv_inv_offset_floats(MT);
+  float* inv = smem + gemv_inv_offset_floats(MT, R);
   norm_inv_rows(p.nin, g, inv);
   auto normed = [&](float v, int t) { return norm_apply(p.nin, inv, t, v); };
   for (int t0 = t_begin; t0 < t_end; t0 += MT) {

@@ -346,7 +346,7 @@ TEST(GpuGemv, RowsPerItemDoNotChangeTheBits) {
   };
   int compared = 0;
   for (const C& c : {C{128, 6144, DType::F32}, C{37, 1000, DType::F32}, C{128, 6144, DType::BF16}})
-    for (int M : {1, 2, 3, 4}) {
+    for (int M : {1, 2, 3, 4, 17, 40}) {  // up to 4 tokens: R = 1; 17 and 40 (16 a pass): the prefill R
       Mat w = random_weight(rng, c.N, c.K);
       DenseDev d = upload_dense(w, c.wt);
       const int64_t ldx = (c.K + 7) / 8 * 8;
@@ -355,7 +355,7 @@ TEST(GpuGemv, RowsPerItemDoNotChangeTheBits) {
       for (int one = 0; one < 2; ++one)
         out[one] = run_linear(x, M, c.K, ldx, DType::F32, c.N, [&](native::ActIn a, float* y, int64_t ldy) {
           auto p = native::make_gemv_params(d.data.p, c.wt, nullptr, d.ld, c.N, c.K, a, M, y, ldy, false, 0.f, 0.f);
-          p.rows = one ? 1 : kernels::gemv_rows_per_item(p.mt);
+          p.rows = !one ? kernels::gemv_rows_per_item(p.mt) : M <= 4 ? 1 : kernels::kGemvPrefillRows;
           native::launch(p, nullptr);
         });
       const int64_t ldy = c.N + 3;
@@ -364,13 +364,15 @@ TEST(GpuGemv, RowsPerItemDoNotChangeTheBits) {
           const float a = out[0][size_t(t) * ldy + n], b = out[1][size_t(t) * ldy + n];
           ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << "token " << t << " row " << n << " not written (poison)";
           ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << c.N << "x" << c.K << " M " << M << " token " << t << " row " << n
-                                               << ": R=default " << a << ", R=1 " << b;
+                                               << ": R=default " << a << ", R=" << (M <= 4 ? 1 : kernels::kGemvPrefillRows)
+                                               << " " << b;
           ++compared;
         }
       // and right: the fp32 dot-product bound of the other GEMV tests against the CPU reference
       const double atol = fp32_dot_bound(c.K, c.wt == DType::BF16 ? 8 : 4, false) * abs_dot_max(d.deq, x, M, ldx);
       expect_close_rows(out[1], ldy, ref_linear(d.deq, x, M, ldx), M, c.N, atol, 0,
-                        std::to_string(c.N) + "x" + std::to_string(c.K) + " R=1 M=" + std::to_string(M));
+                        std::to_string(c.N) + "x" + std::to_string(c.K) + " R=1 or prefill R, M=" + std::to_string(M));
     }
-  std::printf("GpuGemv rows per item: %d values bitwise equal between R = 1 and the default\n", compared);
+  std::printf("GpuGemv rows per item: %d values bitwise equal between R = 1 (M <= 4) or %d (M > 16) and the default\n",
+              compared, kernels::kGemvPrefillRows);
 }
