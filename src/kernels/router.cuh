@@ -2,7 +2,8 @@
 //   select (one warp per token): s_e = sigmoid(r_e), choice_e = s_e + bias_e (both in double, as
 //     the CPU reference); top-k by choice, ties to the lower expert id, best first;
 //     w_k = s_k / sum_chosen s * routed_scale.
-//   group (one block for the whole batch): pairs i = t*K + k sorted by expert, then token (stable),
+//   group (one block for the whole batch, its warps splitting the pairs when E is small enough):
+//     pairs i = t*K + k sorted by expert, then token (stable),
 //     as a list of active entries (experts with at least one pair, ascending, then the shared
 //     expert's entry when it is slot E of the expert tensors) — the input of moe_mxfp4.cuh.
 // Layouts: logits [M][ld], bias [E] fp32; ids [M*K] int32, weights [M*K] fp32;
@@ -93,26 +94,12 @@ __device__ __forceinline__ void router_select_work(const RouterSelectParams& p, 
 }
 
 
-// One group does the whole batch (nthreads >= 32, a multiple of 32); smem: 2 * (E + 1) ints.
-// Thread e counts and then places the pairs of expert e, scanning the ids in order (stable);
-// warp 0 turns the counts into offsets and the entry list (32 experts per scan step). O(M*K) per
-// thread: cheap for decode.
-// ids: p.ids, or the same values where the caller has them (the fused route: shared memory).
-__device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g, int32_t* smem,
-                                               const int32_t* ids = nullptr) {
-  if (!ids) ids = p.ids;
-  const int tid = g.tid, nthreads = g.nthreads;
-  int32_t* cnt = smem;           // [E]
-  int32_t* off = smem + p.E + 1; // [E+1]
+// From the per-expert counts cnt[0..E): off[e] = the first pair of expert e, the entry list and the
+// shared expert's entries (warp 0 of the group: 32 experts per scan step). Synchronizes the group.
+__device__ __forceinline__ void moe_group_entries(const MoeGroupParams& p, Group g, const int32_t* cnt, int32_t* off) {
   const int MK = p.M * p.K;
-  for (int e = tid; e < p.E; e += nthreads) {
-    int c = 0;
-    for (int i = 0; i < MK; ++i) c += ids[i] == e;
-    cnt[e] = c;
-  }
-  g.sync();
-  if (tid < 32) {
-    const int lane = tid;
+  if (g.tid < 32) {
+    const int lane = g.tid;
     int a = 0, o = 0;  // entries and pairs before this step's 32 experts
     for (int e0 = 0; e0 < p.E; e0 += 32) {
       const int e = e0 + lane;
@@ -153,6 +140,27 @@ __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g,
     }
   }
   g.sync();
+}
+
+// One group does the whole batch (nthreads >= 32, a multiple of 32); smem: 2 * (E + 1) ints.
+// Thread e counts and then places the pairs of expert e, scanning the ids in order (stable);
+// warp 0 turns the counts into offsets and the entry list (32 experts per scan step). O(M*K) per
+// thread: cheap for decode. Ids outside [0, E) are left out.
+// ids: p.ids, or the same values where the caller has them (the fused route: shared memory).
+__device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g, int32_t* smem,
+                                               const int32_t* ids = nullptr) {
+  if (!ids) ids = p.ids;
+  const int tid = g.tid, nthreads = g.nthreads;
+  int32_t* cnt = smem;           // [E]
+  int32_t* off = smem + p.E + 1; // [E+1]
+  const int MK = p.M * p.K;
+  for (int e = tid; e < p.E; e += nthreads) {
+    int c = 0;
+    for (int i = 0; i < MK; ++i) c += ids[i] == e;
+    cnt[e] = c;
+  }
+  g.sync();
+  moe_group_entries(p, g, cnt, off);
   for (int e = tid; e < p.E; e += nthreads) {
     int pos = off[e];
     for (int i = 0; i < MK; ++i)
@@ -165,6 +173,59 @@ __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g,
   for (int t = tid; t < p.M; t += nthreads) p.pair_row[MK + t] = t;
 }
 
+// The same lists (the same stable order) with the pairs split over the group's W warps: warp w
+// owns the contiguous run of pairs [w S, (w + 1) S) (S = ceil(M K / W)); hist[w][e] counts its
+// pairs of expert e (shared-memory atomics: counts do not depend on their order), the counts
+// become the per-expert offsets (moe_group_entries), then hist[w][e] = off[e] + the pairs of
+// expert e in the runs before w; warp w places its run 32 pairs at a time, in order: a lane's rank
+// among the lanes with its expert (__match_any_sync) below it. smem: moe_group_op_smem_bytes(E).
+__device__ __forceinline__ void moe_group_split_work(const MoeGroupParams& p, Group g, int32_t* smem) {
+  const int tid = g.tid, nthreads = g.nthreads, lane = g.lane(), w = g.warp(), W = g.num_warps();
+  const int E = p.E, MK = p.M * p.K;
+  int32_t* cnt = smem;               // [E]
+  int32_t* off = smem + E + 1;       // [E+1]
+  int32_t* hist = smem + 2 * (E + 1);  // [W][E]
+  const int S = (MK + W - 1) / W, lo = min(MK, w * S), hi = min(MK, lo + S);
+  for (int i = tid; i < W * E; i += nthreads) hist[i] = 0;
+  g.sync();
+  for (int i = lo + lane; i < hi; i += 32) {
+    const int e = p.ids[i];
+    if (e >= 0 && e < E) atomicAdd(&hist[w * E + e], 1);
+  }
+  g.sync();
+  for (int e = tid; e < E; e += nthreads) {
+    int c = 0;
+    for (int v = 0; v < W; ++v) c += hist[v * E + e];
+    cnt[e] = c;
+  }
+  g.sync();
+  moe_group_entries(p, g, cnt, off);
+  for (int e = tid; e < E; e += nthreads) {
+    int run = off[e];
+    for (int v = 0; v < W; ++v) {
+      const int h = hist[v * E + e];
+      hist[v * E + e] = run;
+      run += h;
+    }
+  }
+  g.sync();
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    const int e = i < hi ? p.ids[i] : -1;
+    const bool ok = e >= 0 && e < E;
+    const unsigned same = __match_any_sync(0xffffffffu, ok ? e : -1);
+    if (ok) {
+      const int pos = hist[w * E + e] + __popc(same & ((1u << lane) - 1u));
+      p.pair_row[pos] = i / p.K;
+      p.pos_of[i] = pos;
+    }
+    __syncwarp();
+    if (ok && lane == __ffs(same) - 1) hist[w * E + e] += __popc(same);
+    __syncwarp();
+  }
+  for (int t = tid; t < p.M; t += nthreads) p.pair_row[MK + t] = t;
+}
+
 // ---- the ops (router_params.h shapes) ----
 struct RouterSelectOp : OpBounds<32 * kSelectWarps> {
   using Params = RouterSelectParams;
@@ -173,10 +234,11 @@ struct RouterSelectOp : OpBounds<32 * kSelectWarps> {
     if (t < p.M) router_select_work(p, t, g.lane());
   }
 };
-struct MoeGroupOp : OpBounds<kGroupThreads> {
+struct MoeGroupOp : OpBounds<kGroupOpThreads> {
   using Params = MoeGroupParams;
   __device__ static void run(const Params& p, int64_t, Group g, uint8_t* smem) {
-    moe_group_work(p, g, reinterpret_cast<int32_t*>(smem));
+    if (p.E <= kGroupSplitMaxE) moe_group_split_work(p, g, reinterpret_cast<int32_t*>(smem));
+    else moe_group_work(p, g, reinterpret_cast<int32_t*>(smem));
   }
 };
 // The group's warps select the tokens (warp w: tokens w, w + nwarps, ...), then group them. The

@@ -46,10 +46,19 @@ constexpr int kGroupThreads = 256;   // threads of the group (and fused route) i
 constexpr int kRouteFusedMaxTokens = 64;
 
 M3_HOST_DEVICE inline int moe_group_smem_bytes(int E) { return 2 * (E + 1) * 4; }
+// The grouping op (prefill-sized batches): kGroupOpThreads threads; up to kGroupSplitMaxE experts the
+// pairs are split over its warps (moe_group_split_work: a histogram per warp, then each warp places
+// its own pairs), past that the per-expert scan of moe_group_work.
+constexpr int kGroupOpThreads = 1024, kGroupSplitMaxE = 256;
+M3_HOST_DEVICE inline int moe_group_op_smem_bytes(int E) {
+  return moe_group_smem_bytes(E) + (E <= kGroupSplitMaxE ? (kGroupOpThreads / 32) * E * 4 : 0);
+}
 M3_HOST_DEVICE inline WorkShape router_select_shape(const RouterSelectParams& p) {
   return {ceil_div(p.M, kSelectWarps), 32 * kSelectWarps, 0};
 }
-M3_HOST_DEVICE inline WorkShape moe_group_shape(const MoeGroupParams& p) { return {1, kGroupThreads, moe_group_smem_bytes(p.E)}; }
+M3_HOST_DEVICE inline WorkShape moe_group_shape(const MoeGroupParams& p) {
+  return {1, kGroupOpThreads, moe_group_op_smem_bytes(p.E)};
+}
 M3_HOST_DEVICE inline WorkShape moe_route_shape(const MoeRouteParams& p) {
   return {1, kGroupThreads, moe_group_smem_bytes(p.group.E) + p.group.M * p.group.K * 4};
 }

@@ -84,8 +84,12 @@ TEST(GpuRouter, GroupIsAStableSortByExpert) {
     int E, K, M;
     bool slot, sep;
   };
+  // (E <= kernels::kGroupSplitMaxE: the pairs split over the warps, prefill-sized M included; past it
+  // the per-expert scan)
   for (const C& c : {C{128, 4, 1, true, false}, C{128, 4, 300, true, false}, C{9, 3, 50, false, true},
-                     C{16, 2, 7, false, false}, C{200, 8, 20, true, false}, C{4096, 16, 70, false, true}}) {
+                     C{16, 2, 7, false, false}, C{200, 8, 20, true, false}, C{4096, 16, 70, false, true},
+                     C{128, 4, 8192, true, false}, C{kernels::kGroupSplitMaxE, 8, 3001, false, true},
+                     C{kernels::kGroupSplitMaxE + 1, 2, 999, true, false}, C{5, 1, 20000, false, false}}) {
     const int MK = c.M * c.K;
     std::vector<int32_t> ids(static_cast<size_t>(MK));
     for (int t = 0; t < c.M; ++t) {  // K distinct experts per token, skewed toward low ids
