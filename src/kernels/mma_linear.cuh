@@ -42,7 +42,9 @@
 //   wide (decode): one CTA = one tile of 16*RT rows x 8*NT tokens, P warps = the P chains in
 //     parallel; the chain sums meet in shared memory and are added in chain order.
 //   deep (prefill): one warp = one tile, all P chains one after another; the running total (over
-//     chains) is kept in shared memory, the per-chain sum in registers.
+//     chains) is kept in shared memory, the per-chain sum in registers; a CTA of 8 warps covers 256
+//     rows x 64 tokens and copies each K block's activations and weights once into a shared-memory
+//     ring (mma_linear_deep_work).
 // FP8 weights are row-major or (p.tiled, the prepared arena) in the 16-row tiles of
 // core/weight_tiles.h: the same codes at other addresses, so the same operands, sums and bits; a
 // lane addresses block b of its row as row start + b * block stride + its 16-byte run.
@@ -53,9 +55,11 @@
 // (mma_linear_staged_item): the same bytes, blocks and sums, so the same bits.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "core/weight_tiles.h"
 #include "kernels/bulk_copy.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/fused_norm.cuh"
 #include "kernels/mma_common.cuh"
 #include "kernels/mma_params.h"
@@ -283,6 +287,28 @@ __device__ __forceinline__ void block_steps_1tok(const WRun<W> (&wr)[RT], const 
     }
 }
 
+// Several token tiles: each step's weight fragments decoded once, used by every tile. act(nt, s, bh,
+// bl): token tile nt's B fragments of step s as act_step gives them.
+template <WeightFmt W, ActFmt X, int RT, int NT, class Act>
+__device__ __forceinline__ void block_steps(const WRun<W> (&wr)[RT], Act act, float (&blk)[RT][NT][4]) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t a[RT][4];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) wr[rt].frag(s, a[rt]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      uint32_t bh[2], bl[2];
+      act(nt, s, bh, bl);
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        mma_bf16(blk[rt][nt], a[rt], bh[0], bh[1]);
+        if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][nt], a[rt], bl[0], bl[1]);
+      }
+    }
+  }
+}
+
 // One block's 4 steps (hi MMA, then lo MMA for fp32 x) from +0 into blk, added to chain.
 template <WeightFmt W, ActFmt X, int RT, int NT, bool FULL>
 __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t* const (&xrow)[NT],
@@ -293,23 +319,13 @@ __device__ __forceinline__ void block_mma(const WRun<W> (&wr)[RT], const uint8_t
     uint32_t bh[4][2], bl[4][2];
     act_run<X, FULL>(xrow[0], tok[0], kc, K, bh, bl);
     block_steps_1tok<W, X, RT>(wr, bh, bl, blk);
-  } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t a[RT][4];
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt) wr[rt].frag(s, a[rt]);
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        uint32_t bh[2], bl[2];
-        act_step<X, FULL>(xrow[nt], tok[nt], kc + 4 * s, K, bh, bl);
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-          mma_bf16(blk[rt][nt], a[rt], bh[0], bh[1]);
-          if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][nt], a[rt], bl[0], bl[1]);
-        }
-      }
-    }
+  } else {
+    block_steps<W, X, RT, NT>(
+        wr,
+        [&](int nt, int s, uint32_t(&bh)[2], uint32_t(&bl)[2]) {
+          act_step<X, FULL>(xrow[nt], tok[nt], kc + 4 * s, K, bh, bl);
+        },
+        blk);
   }
   add_into<RT, NT>(chain, blk);
 }
@@ -505,24 +521,153 @@ __device__ __forceinline__ void mma_linear_staged_item(const MmaLinearParams& p,
   g.sync();  // smem (and the tile) are reused by the group's next item
 }
 
-// ---- deep mode: one warp = one tile, chains one after another ----
-// tile_n, tile_t as in the wide mode; lane 0..31 of the warp that owns the tile;
-// wsmem: mma_deep_smem_floats_per_warp(RT, NT) floats private to the warp. No group barrier.
-template <WeightFmt W, ActFmt X, int RT, int NT>
-__device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, int tile_n, int tile_t, int lane,
-                                                     float* wsmem) {
-  const int P = p.chains;
-  const int n0 = tile_n * 16 * RT, t0 = tile_t * 8 * NT;
-  const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
-  float chain[RT][NT][4];
-  for (int j = 0; j < P; ++j) {
-    mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(j, blocks, P), mma::chain_begin(j + 1, blocks, P), lane,
-                                 chain);
-    if (j + 1 == P) break;  // the last chain's sum is added straight from registers below
-    mma::add_running<RT, NT>(wsmem, chain, j, lane);
+// ---- deep mode: CTA tiles through a shared-memory ring ----
+// Item = CTA tile of kMmaDeepRows rows x kMmaDeepTokens tokens (row group fastest); kMmaDeepWarps
+// warps, warp w the warp tile of 64 rows (4 row tiles) from 64 (w % kMmaDeepRowGroups) and 32
+// tokens from 32 (w / kMmaDeepRowGroups). The item's K blocks go through a ring of
+// mma_deep_stages(W) stages that all threads fill with cp.async that many - 1 blocks ahead: the
+// block's activations of the tile's tokens (zero past M and for 16-byte runs at or past K) and
+// its weight codes (zero past N and past K). Each warp walks its chains exactly as chain_sum does
+// (the same runs, steps, block sums from +0 and chain sums), chains 0..P-2 into its running total
+// (add_running), then deep_epilogue: the bits of the wide walk.
+namespace mma {
+
+// Stage layout: activations [tokens][64 elements] (fp32: 16 chunks of 16 bytes a token, swizzled
+// so that a quarter warp's 8 float4 reads of one step hit 8 bank groups), then the weights [rows][64
+// elements] (FP8: 4 chunks a row, conflict-free as they are; BF16: 8, chunk ^ (row & 1)).
+template <ActFmt X>
+__device__ __forceinline__ int deep_act_chunk(int row, int c) {
+  if constexpr (X == ActFmt::F32) return c ^ (((c >> 3) & 1) | ((row & 1) << 1));
+  return c;
+}
+template <WeightFmt W>
+__device__ __forceinline__ int deep_w_chunk(int row, int c) {
+  if constexpr (W == WeightFmt::BF16) return c ^ (row & 1);
+  return c;
+}
+
+// Block b of the tile (rows n0.., tokens t0..) into stage st: every thread of the CTA.
+template <WeightFmt W, ActFmt X>
+__device__ __forceinline__ void deep_linear_issue(const MmaLinearParams& p, int n0, int t0, int b, uint8_t* st,
+                                                  int tid) {
+  constexpr int kThreads = 32 * kMmaDeepWarps;
+  constexpr int xe = X == ActFmt::F32 ? 4 : 2, we = W == WeightFmt::FP8 ? 1 : 2;
+  constexpr int xchunks = kMmaKBlock * xe / 16, wchunks = kMmaKBlock * we / 16;
+  // activations: chunk c of token row holds elements 64b + c (16 / xe) ..
+#pragma unroll
+  for (int q = tid; q < kMmaDeepTokens * xchunks; q += kThreads) {
+    const int row = q / xchunks, c = q % xchunks, tk = t0 + row, k = b * kMmaKBlock + c * (16 / xe);
+    const bool ok = tk < p.M && k < p.K;
+    const uint8_t* src = static_cast<const uint8_t*>(p.x);
+    if (ok) src += (int64_t(tk) * p.ld_x + k) * xe;
+    cp_async_16(st + (row * xchunks + deep_act_chunk<X>(row, c)) * 16, src, ok ? 16 : 0);
   }
+  // weights: chunk c of row holds elements 64b + c (16 / we) ..
+  uint8_t* wst = st + mma_deep_act_bytes(X);
+#pragma unroll
+  for (int q = tid; q < kMmaDeepRows * wchunks; q += kThreads) {
+    const int row = q / wchunks, c = q % wchunks, n = n0 + row, k = b * kMmaKBlock + c * (16 / we);
+    const bool ok = n < p.N && k < p.K;
+    const uint8_t* src = p.w;
+    if (ok) {
+      if (W == WeightFmt::FP8 && p.tiled) src += tiled_offset(n, 0, p.ld_w) + int64_t(b) * kTileBlockStride + 16 * c;
+      else src += int64_t(n) * p.ld_w + (int64_t(b) * kMmaKBlock) * we + 16 * c;
+    }
+    cp_async_16(wst + (row * wchunks + deep_w_chunk<W>(row, c)) * 16, src, ok ? 16 : 0);
+  }
+}
+
+}  // namespace mma
+
+template <WeightFmt W, ActFmt X>
+__device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, int64_t item, Group g, uint8_t* smem) {
+  constexpr int RT = 4, NT = 4, S = mma_deep_stages(W);
+  constexpr int xe = X == ActFmt::F32 ? 4 : 2, we = W == WeightFmt::FP8 ? 1 : 2;
+  constexpr int xchunks = kMmaKBlock * xe / 16, wchunks = kMmaKBlock * we / 16;
+  const int groups = mma_deep_row_groups(p), P = p.chains;
+  const int n0 = int(item % groups) * kMmaDeepRows, t0 = int(item / groups) * kMmaDeepTokens;
+  const int blocks = (p.K + kMmaKBlock - 1) / kMmaKBlock;
+  const int lane = g.lane(), warp = g.warp(), gl = lane >> 2, t = lane & 3;
+  const int wr0 = 16 * RT * (warp % kMmaDeepRowGroups), wt0 = 8 * NT * (warp / kMmaDeepRowGroups);
+  const int stage_bytes = mma_deep_stage_bytes(W, X);
+  float* wsmem = reinterpret_cast<float*>(smem + S * stage_bytes) + warp * mma_deep_smem_floats_per_warp(RT, NT);
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < blocks) mma::deep_linear_issue<W, X>(p, n0, t0, s, smem + s * stage_bytes, g.tid);
+    cp_async_commit();
+  }
+  float chain[RT][NT][4];
+  mma::zero<RT, NT>(chain);
+  int j = 0, chain_end = mma::chain_begin(1, blocks, P), stage = 0;
+  for (int b = 0; b < blocks; ++b) {
+    cp_async_wait<S - 2>();
+    g.sync();  // block b is in `stage` for every thread; the stage before it is free again
+    if (b + S - 1 < blocks)
+      mma::deep_linear_issue<W, X>(p, n0, t0, b + S - 1, smem + (stage == 0 ? S - 1 : stage - 1) * stage_bytes, g.tid);
+    cp_async_commit();
+    const uint8_t* st = smem + stage * stage_bytes;
+    const uint8_t* wst = st + mma_deep_act_bytes(X);
+    const int kc = b * kMmaKBlock + 16 * t;
+    mma::WRun<W> wr[RT];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = wr0 + rt * 16 + 8 * h + gl;
+#pragma unroll
+        for (int i = 0; i < mma::WRun<W>::kVec; ++i)
+          wr[rt].v[h][i] = mma::ld_shared_16(wst + (row * wchunks + mma::deep_w_chunk<W>(row, t * mma::WRun<W>::kVec + i)) * 16);
+      }
+    // token tile nt's step s from the stage: elements kc + 4s .. + 3 of token wt0 + 8 nt + gl
+    auto act = [&](auto full, int nt, int s, uint32_t(&bh)[2], uint32_t(&bl)[2]) {
+      constexpr bool FULL = decltype(full)::value;
+      const int row = wt0 + 8 * nt + gl, k = kc + 4 * s;
+      const uint8_t* xr = st + row * xchunks * 16;
+      if constexpr (X == ActFmt::F32) {
+        const int c = 4 * t + s;
+        const uint4 u = mma::ld_shared_16(xr + mma::deep_act_chunk<X>(row, c) * 16);
+        float4 v = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
+        if constexpr (!FULL) {
+          if (k + 1 >= p.K) v.y = 0.f;
+          if (k + 2 >= p.K) v.z = 0.f;
+          if (k + 3 >= p.K) v.w = 0.f;
+        }
+        mma::split_hi_lo(v.x, v.y, bh[0], bl[0]);
+        mma::split_hi_lo(v.z, v.w, bh[1], bl[1]);
+      } else {
+        const uint8_t* at = xr + (2 * t + (s >> 1)) * 16 + 8 * (s & 1);
+        uint2 v = *reinterpret_cast<const uint2*>(at);
+        if constexpr (!FULL) {  // (a chunk of 8 holds two steps: the second may start at or past K)
+          if (k >= p.K) v = make_uint2(0, 0);
+          if (k + 1 >= p.K) v.x &= 0xffffu;
+          if (k + 2 >= p.K) v.y = 0;
+          else if (k + 3 >= p.K) v.y &= 0xffffu;
+        }
+        bh[0] = v.x;
+        bh[1] = v.y;
+        bl[0] = bl[1] = 0;
+      }
+    };
+    float blk[RT][NT][4];
+    mma::zero<RT, NT>(blk);
+    if ((b + 1) * kMmaKBlock <= p.K)
+      mma::block_steps<W, X, RT, NT>(
+          wr, [&](int nt, int s, uint32_t(&bh)[2], uint32_t(&bl)[2]) { act(std::true_type{}, nt, s, bh, bl); }, blk);
+    else
+      mma::block_steps<W, X, RT, NT>(
+          wr, [&](int nt, int s, uint32_t(&bh)[2], uint32_t(&bl)[2]) { act(std::false_type{}, nt, s, bh, bl); }, blk);
+    mma::add_into<RT, NT>(chain, blk);
+    stage = stage + 1 == S ? 0 : stage + 1;
+    if (b + 1 == chain_end && j + 1 < P) {  // chain j done: into the running total, the next from +0
+      mma::add_running<RT, NT>(wsmem, chain, j, lane);
+      mma::zero<RT, NT>(chain);
+      chain_end = mma::chain_begin(++j + 1, blocks, P);
+    }
+  }
+  cp_async_wait<0>();
   mma::deep_epilogue<RT, NT>(
-      wsmem, chain, P, n0, t0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, lane,
+      wsmem, chain, P, n0 + wr0, t0 + wt0, p.N, p.M, p.swiglu != 0, p.alpha, p.limit, lane,
       [&](int n, int tk, float tot) {  // (tokens past M are not stored: no inv read for them)
         const float v = mma::scaled<W>(p, tot, n);
         return tk < p.M ? norm_apply(p.nin, nullptr, tk, v) : v;
@@ -561,19 +706,13 @@ struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 72> {
     mma_linear_staged_item<W, X>(p, w, g, smem, tile);
   }
 };
-// Deep: item = (kMmaDeepWarps row tiles, token tile); warp i of the group takes row tile
-// kMmaDeepWarps * (w % groups) + i.
+// Deep: item = one CTA tile (mma_linear_deep_work), 4 x 4 warp tiles only.
 template <WeightFmt W, ActFmt X, int RT, int NT>
 struct MmaDeepOp : OpBounds<kMmaDeepWarps * 32, 1> {
+  static_assert(RT == 4 && NT == 4, "the deep walk's warp tile is 4 x 4");
   using Params = MmaLinearParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
-    constexpr int kPerWarp = mma_deep_smem_floats_per_warp(RT, NT);
-    const int tiles_n = mma_row_tiles(p), groups = (tiles_n + kMmaDeepWarps - 1) / kMmaDeepWarps;
-    const int warp = g.warp();
-    const int tile_n = int(w % groups) * kMmaDeepWarps + warp;
-    if (tile_n >= tiles_n) return;  // the deep work has no group barrier
-    mma_linear_deep_work<W, X, RT, NT>(p, tile_n, int(w / groups), g.lane(),
-                                       reinterpret_cast<float*>(smem) + warp * kPerWarp);
+    mma_linear_deep_work<W, X>(p, w, g, smem);
   }
 };
 

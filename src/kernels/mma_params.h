@@ -11,7 +11,11 @@ namespace m3::kernels {
 
 constexpr int kMmaKBlock = 64;     // K elements per block
 constexpr int kMmaMaxChains = 16;  // warps per item in the wide mode
-constexpr int kMmaDeepWarps = 4;   // warps per item in the deep mode (independent tiles)
+// The deep mode (prefill): a CTA of kMmaDeepRowGroups x kMmaDeepTokGroups warps, each a 4 x 4 warp
+// tile (64 rows x 32 tokens): CTA tiles of kMmaDeepRows x kMmaDeepTokens.
+constexpr int kMmaDeepRowGroups = 4, kMmaDeepTokGroups = 2;
+constexpr int kMmaDeepWarps = kMmaDeepRowGroups * kMmaDeepTokGroups;
+constexpr int kMmaDeepRows = 64 * kMmaDeepRowGroups, kMmaDeepTokens = 32 * kMmaDeepTokGroups;
 
 struct MmaLinearParams {
   const uint8_t* w = nullptr;      // [N][ld_w bytes]
@@ -110,14 +114,27 @@ M3_HOST_DEVICE inline int mma_norm_mode(const MmaLinearParams& p) {
 }
 
 M3_HOST_DEVICE inline int mma_row_tiles(const MmaLinearParams& p) { return (p.N + 16 * p.rt - 1) / (16 * p.rt); }
+
+// The deep walk's ring (mma_linear.cuh, mma_linear_deep_work), per stage: one K block of the CTA
+// tile's activations ([kMmaDeepTokens][64 elements]), then of its weights ([kMmaDeepRows][64
+// elements]); after the ring the warps' running totals.
+M3_HOST_DEVICE constexpr int mma_deep_stages(WeightFmt w) { return w == WeightFmt::BF16 ? 3 : 4; }
+M3_HOST_DEVICE constexpr int mma_deep_act_bytes(ActFmt x) { return kMmaDeepTokens * kMmaKBlock * (x == ActFmt::F32 ? 4 : 2); }
+M3_HOST_DEVICE constexpr int mma_deep_stage_bytes(WeightFmt w, ActFmt x) {
+  return mma_deep_act_bytes(x) + kMmaDeepRows * kMmaKBlock * (w == WeightFmt::BF16 ? 2 : 1);
+}
+M3_HOST_DEVICE constexpr int mma_deep_smem_bytes(WeightFmt w, ActFmt x) {
+  return mma_deep_stages(w) * mma_deep_stage_bytes(w, x) + kMmaDeepWarps * mma_deep_smem_floats_per_warp(4, 4) * 4;
+}
+M3_HOST_DEVICE inline int mma_deep_row_groups(const MmaLinearParams& p) { return (p.N + kMmaDeepRows - 1) / kMmaDeepRows; }
 M3_HOST_DEVICE inline int mma_token_tiles(const MmaLinearParams& p) { return (p.M + 8 * p.nt - 1) / (8 * p.nt); }
 
 // Wide: item = (row tile, token tile), row tile fastest; 32 P threads (warp j = chain j).
-// Deep: item = (group of kMmaDeepWarps row tiles, token tile); one warp per row tile.
+// Deep: item = CTA tile (row group fastest, then tokens), kMmaDeepWarps warps.
 M3_HOST_DEVICE inline WorkShape mma_linear_shape(const MmaLinearParams& p) {
   if (p.deep)
-    return {ceil_div(mma_row_tiles(p), kMmaDeepWarps) * mma_token_tiles(p), 32 * kMmaDeepWarps,
-            kMmaDeepWarps * mma_deep_smem_floats_per_warp(p.rt, p.nt) * 4};
+    return {int64_t(mma_deep_row_groups(p)) * ceil_div(p.M, kMmaDeepTokens), 32 * kMmaDeepWarps,
+            mma_deep_smem_bytes(p.wfmt, p.xfmt)};
   if (p.stream)
     return {int64_t(mma_row_tiles(p)) * mma_token_tiles(p), 32 * p.chains, mma_stream_smem_bytes(p.K, p.chains)};
   return {int64_t(mma_row_tiles(p)) * mma_token_tiles(p), 32 * p.chains,

@@ -182,12 +182,13 @@ int mma_chains(int N, int K) { return kernels::mma_linear_chains(N, K, device_sm
 
 // Picked from a sweep on the H200 (tests/gpu/test_mma_linear.cpp, GpuMmaLinearBench): decode
 // 1 x 1 (one wave of CTAs over all row tiles); 2 x 2 from 9 tokens (weights and activations each
-// reused twice from registers); deep 4 x 4 once there are enough 64 x 32 tiles to fill the device.
+// reused twice from registers); deep 4 x 4 once its CTA tiles (256 rows x 64 tokens) fill the device.
 MmaTiling mma_tiling_for(int N, int K, int M) {
   (void)K;
   if (M <= 8) return {1, 1, false};
-  const int64_t deep_tiles = int64_t((N + 63) / 64) * ((M + 31) / 32);
-  if (M > 64 && deep_tiles >= int64_t(4) * device_sm_count()) return {4, 4, true};
+  // (deep: CTA tiles of kMmaDeepRows x kMmaDeepTokens, at least one wave of them)
+  const int64_t deep_tiles = kernels::ceil_div(N, kernels::kMmaDeepRows) * kernels::ceil_div(M, kernels::kMmaDeepTokens);
+  if (M > 64 && deep_tiles >= int64_t(device_sm_count())) return {4, 4, true};
   return {2, 2, false};
 }
 
