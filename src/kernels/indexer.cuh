@@ -107,6 +107,103 @@ __device__ void indexer_block_scores_work(const IndexerParams& p, int64_t w, Gro
   }
 }
 
+// The same scores for the kIndexerTokTile consecutive tokens of item w = tile * max_q_blocks + b:
+// every token's dot products are the ones of indexer_block_scores_work (the same decoded keys, the
+// same q from shared memory, the same fma order over d), and a block score is a max, which does
+// not depend on which thread saw which key. The block's keys are copied once for a run of tokens
+// of one request (and again where the tile crosses into another request's table); the tile's iq
+// rows are copied first, the warp maxima kept per token, the outputs written at the end.
+template <class C>
+__device__ void indexer_block_scores_tiled_work(const IndexerParams& p, int64_t w, Group grp, uint8_t* smem) {
+  constexpr int TT = kIndexerTokTile;
+  const int tid = grp.tid, nthreads = grp.nthreads, lane = tid % 32, warp = tid / 32, nwarps = nthreads / 32;
+  const int b = int(w % p.max_q_blocks), t0 = int(w / p.max_q_blocks) * TT;
+  const int tn = min(TT, p.num_tokens - t0);
+  const int IH = p.index_heads, ID = p.index_dim, bs = p.block_size;
+  float* q_s = reinterpret_cast<float*>(smem);  // [TT][IH][ID]
+  float* red = q_s + TT * IH * ID;              // [TT][32][IH]
+  uint8_t* keys = reinterpret_cast<uint8_t*>(red + TT * 32 * IH);
+  const int row_bytes = ID * C::kBytes + 16, cpr = ID * C::kBytes / 16;
+  auto visible = [&](int t) {
+    const int pos = p.positions[t];
+    return pos >= 0 && b <= pos / bs;
+  };
+  auto phys_of = [&](int t) { return p.block_tables[int64_t(p.token_seq[t]) * p.table_width + b]; };
+
+  for (int i = tid; i < tn * IH * ID / 4; i += nthreads)
+    reinterpret_cast<float4*>(q_s)[i] = reinterpret_cast<const float4*>(p.iq + int64_t(t0) * IH * ID)[i];
+  int loaded = -1;  // the physical block in `keys`
+  using S = typename C::Store;
+  constexpr int kChunk = 16 / C::kBytes;
+  for (int j = 0; j < tn; ++j) {
+    const int t = t0 + j;
+    if (!visible(t)) continue;  // uniform
+    const int phys = phys_of(t);
+    if (phys != loaded) {  // the keys the run of tokens with this block needs: up to its last visible key
+      int n_load = 0;
+      for (int u = j; u < tn; ++u)
+        if (visible(t0 + u) && phys_of(t0 + u) == phys) n_load = max(n_load, min(bs, p.positions[t0 + u] - b * bs + 1));
+      grp.sync();  // every thread is done with the previous keys (and, the first time, the iq copy is issued)
+      const uint8_t* src = static_cast<const uint8_t*>(p.ik_cache) + int64_t(phys) * bs * ID * C::kBytes;
+      for (int i = tid; i < n_load * cpr; i += nthreads) {
+        const int key = i / cpr, part = i % cpr;
+        cp_async_16(keys + key * row_bytes + part * 16, src + (int64_t(key) * ID * C::kBytes + part * 16), 16);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      grp.sync();
+      loaded = phys;
+    }
+    const int n_keys = min(bs, p.positions[t] - b * bs + 1);
+    const float* q = q_s + j * IH * ID;
+    float best[kIndexerMaxHeads];
+#pragma unroll
+    for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = -INFINITY;
+    for (int k = tid; k < n_keys; k += nthreads) {
+      const S* key = reinterpret_cast<const S*>(keys + k * row_bytes);
+      float acc[kIndexerMaxHeads];
+#pragma unroll
+      for (int g = 0; g < kIndexerMaxHeads; ++g) acc[g] = 0.f;
+#pragma unroll 4
+      for (int d0 = 0; d0 < ID; d0 += kChunk) {
+        float kv[kChunk];
+        load_decode<C, kChunk>(key + d0, kv);
+#pragma unroll
+        for (int g = 0; g < kIndexerMaxHeads; ++g) {
+          if (g < IH) {
+            const float4* q4 = reinterpret_cast<const float4*>(q + g * ID + d0);
+#pragma unroll
+            for (int e = 0; e < kChunk / 4; ++e) {
+              float4 qv = q4[e];
+              acc[g] = fmaf(qv.x, kv[4 * e], acc[g]);
+              acc[g] = fmaf(qv.y, kv[4 * e + 1], acc[g]);
+              acc[g] = fmaf(qv.z, kv[4 * e + 2], acc[g]);
+              acc[g] = fmaf(qv.w, kv[4 * e + 3], acc[g]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = fmaxf(best[g], acc[g] * p.ik_scale);
+    }
+#pragma unroll
+    for (int g = 0; g < kIndexerMaxHeads; ++g) {
+      if (g < IH) {
+        const float m = warp_max(best[g]);
+        if (lane == 0) red[(j * 32 + warp) * IH + g] = m;
+      }
+    }
+  }
+  grp.sync();
+  for (int i = tid; i < tn * IH; i += nthreads) {
+    const int j = i / IH, g = i % IH, t = t0 + j;
+    if (!visible(t)) continue;
+    float m = -INFINITY;
+    for (int v = 0; v < nwarps; ++v) m = fmaxf(m, red[(j * 32 + v) * IH + g]);
+    p.block_scores[(int64_t(t) * IH + g) * p.max_q_blocks + b] = m;
+  }
+}
+
 constexpr int kTopkChunk = 128;  // blocks per pruning chunk
 
 
@@ -205,6 +302,14 @@ struct IndexerScoresOp : OpBounds<kIndexerScoreThreads> {
   using Params = IndexerParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
     indexer_block_scores_work<C>(p, w, g, smem);
+  }
+};
+// Native prefill: tok_tile > 1 (the same bits as IndexerScoresOp).
+template <class C>
+struct IndexerScoresTiledOp : OpBounds<kIndexerScoreThreads> {
+  using Params = IndexerParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    indexer_block_scores_tiled_work<C>(p, w, g, smem);
   }
 };
 struct IndexerTopkOp : OpBounds<kIndexerTopkThreads> {

@@ -23,7 +23,11 @@ struct IndexerParams {
   float* block_scores = nullptr;  // [T, IH, max_q_blocks] workspace
   int32_t* selected = nullptr;    // [T, IH, topk]
   CacheFmt ik_fmt = CacheFmt::FP8;  // index-K cache elements (instantiation)
+  // Scores: tokens per item (1: item = (token, block); > 1: item = (kIndexerTokTile consecutive
+  // tokens, block), the block's keys copied once for the tokens of one request). The same bits.
+  int tok_tile = 1;
 };
+constexpr int kIndexerTokTile = 16;
 
 // Shared memory of the score work: iq [IH][ID] fp32, warp maxima [32][IH] fp32, then the block's
 // keys, one row of ID * bytes + 16 (padding: lane-per-row 16-byte reads hit distinct banks).
@@ -39,13 +43,26 @@ M3_HOST_DEVICE inline int indexer_topk_smem_bytes(int max_q_blocks) {
   return n8 * 4 * 2 + (n8 + 4) * 4 * 2 + 16;
 }
 
+// The token-tiled score work: iq of the tile's tokens [TT][IH][ID] fp32, warp maxima [TT][32][IH],
+// then the block's keys as above.
+M3_HOST_DEVICE inline int indexer_scores_tiled_smem_bytes(int index_heads, int index_dim, int block_size,
+                                                          int elem_bytes) {
+  return (kIndexerTokTile * index_heads * index_dim + kIndexerTokTile * 32 * index_heads) * 4 +
+         block_size * (index_dim * elem_bytes + 16);
+}
+
 constexpr int kIndexerScoreThreads = 128;  // one key per thread at block size 128
 constexpr int kIndexerTopkThreads = 256;
 
-// Scores: item w = t * max_q_blocks + b. Top-k: item w = t * IH + g.
+// Scores: item w = t * max_q_blocks + b (tok_tile 1) or tile * max_q_blocks + b. Top-k: item
+// w = t * IH + g.
 M3_HOST_DEVICE inline WorkShape indexer_scores_shape(const IndexerParams& p) {
+  const int eb = p.ik_fmt == CacheFmt::FP8 ? 1 : 2;
+  if (p.tok_tile > 1)
+    return {ceil_div(p.num_tokens, kIndexerTokTile) * p.max_q_blocks, kIndexerScoreThreads,
+            indexer_scores_tiled_smem_bytes(p.index_heads, p.index_dim, p.block_size, eb)};
   return {int64_t(p.num_tokens) * p.max_q_blocks, kIndexerScoreThreads,
-          indexer_scores_smem_bytes(p.index_heads, p.index_dim, p.block_size, p.ik_fmt == CacheFmt::FP8 ? 1 : 2)};
+          indexer_scores_smem_bytes(p.index_heads, p.index_dim, p.block_size, eb)};
 }
 M3_HOST_DEVICE inline WorkShape indexer_topk_shape(const IndexerParams& p) {
   return {int64_t(p.num_tokens) * p.index_heads, kIndexerTopkThreads, indexer_topk_smem_bytes(p.max_q_blocks)};

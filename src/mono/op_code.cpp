@@ -41,9 +41,11 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
       const bool kv8 = p.kv_fmt == CacheFmt::FP8, ik8 = p.ik_fmt == CacheFmt::FP8;
       return kv8 ? (ik8 ? OpCode::RopeFp8Fp8 : OpCode::RopeFp8Bf16) : (ik8 ? OpCode::RopeBf16Fp8 : OpCode::RopeBf16Bf16);
     }
-    case OpKind::IndexerScores:
-      return std::get<kernels::IndexerParams>(op.params).ik_fmt == CacheFmt::FP8 ? OpCode::IndexerScoresFp8
-                                                                                   : OpCode::IndexerScoresBf16;
+    case OpKind::IndexerScores: {
+      const auto& p = std::get<kernels::IndexerParams>(op.params);
+      if (p.tok_tile != 1) return no(fmt::format("indexer scores over tiles of {} tokens (prefill)", p.tok_tile));
+      return p.ik_fmt == CacheFmt::FP8 ? OpCode::IndexerScoresFp8 : OpCode::IndexerScoresBf16;
+    }
     case OpKind::IndexerTopk: return OpCode::IndexerTopk;
     case OpKind::AttentionSplit: {
       const auto& p = std::get<kernels::AttentionParams>(op.params);

@@ -1,6 +1,7 @@
 // Indexer launchers: block scores with 128-thread items (one key per thread at block size 128),
 // then top-k with one 256-thread item per (token, group) over a shared-memory copy of its block
 // scores.
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/indexer.cuh"
@@ -11,7 +12,14 @@
 namespace m3::native {
 namespace {
 int max_q_blocks(int max_context, int block_size) { return (max_context + block_size - 1) / block_size; }
+std::atomic<int> g_token_tile{-1};
 }  // namespace
+
+void indexer_set_token_tile(int tokens) {
+  M3_CHECK(tokens == -1 || tokens == 1 || tokens == kernels::kIndexerTokTile,
+           "indexer_set_token_tile: {} (-1 for the default, 1 or {})", tokens, kernels::kIndexerTokTile);
+  g_token_tile.store(tokens);
+}
 
 size_t indexer_workspace_bytes(int num_tokens, int index_heads, int max_context, int block_size) {
   return size_t(num_tokens) * size_t(index_heads) * size_t(max_q_blocks(max_context, block_size)) * sizeof(float);
@@ -54,8 +62,12 @@ kernels::IndexerParams make_indexer_params(const IndexerArgs& a, const StepMetad
   p.block_scores = static_cast<float*>(a.workspace);
   p.selected = a.selected;
   p.ik_fmt = cache.ik_dtype == DType::F8_E4M3 ? kernels::CacheFmt::FP8 : kernels::CacheFmt::BF16;
+  const int forced = g_token_tile.load();
+  p.tok_tile = forced > 0 ? forced : T >= kIndexerTileMinTokens ? kernels::kIndexerTokTile : 1;
+  // (the tiled item holds kIndexerTokTile tokens' iq: fall back to one token where that is too big)
+  if (p.tok_tile > 1 && kernels::indexer_scores_shape(p).smem_bytes > 160 * 1024) p.tok_tile = 1;
   const int smem1 = kernels::indexer_scores_shape(p).smem_bytes;
-  M3_CHECK(smem1 <= 48 * 1024,
+  M3_CHECK(p.tok_tile > 1 || smem1 <= 48 * 1024,
            "indexer: {} index heads x {} dims, block {} need {} bytes of shared memory in the score kernel (max 48K)",
            a.index_heads, a.index_dim, cache.block_size, smem1);
   M3_CHECK(kernels::indexer_topk_shape(p).smem_bytes <= 200 * 1024,
@@ -65,10 +77,17 @@ kernels::IndexerParams make_indexer_params(const IndexerArgs& a, const StepMetad
 
 void launch_indexer_scores(const kernels::IndexerParams& p, cudaStream_t stream, const LaunchOptions& opt) {
   const kernels::WorkShape sh = kernels::indexer_scores_shape(p);
-  if (p.ik_fmt == kernels::CacheFmt::FP8)
+  const bool fp8 = p.ik_fmt == kernels::CacheFmt::FP8;
+  if (p.tok_tile > 1) {
+    M3_CHECK(p.tok_tile == kernels::kIndexerTokTile, "indexer: {} tokens per score item (1 or {})", p.tok_tile,
+             kernels::kIndexerTokTile);
+    if (fp8) launch_op<kernels::IndexerScoresTiledOp<kernels::CacheFp8>>(p, sh, stream, "indexer_scores", opt);
+    else launch_op<kernels::IndexerScoresTiledOp<kernels::CacheBf16>>(p, sh, stream, "indexer_scores", opt);
+  } else if (fp8) {
     launch_op<kernels::IndexerScoresOp<kernels::CacheFp8>>(p, sh, stream, "indexer_scores", opt);
-  else
+  } else {
     launch_op<kernels::IndexerScoresOp<kernels::CacheBf16>>(p, sh, stream, "indexer_scores", opt);
+  }
 }
 
 void launch_indexer_topk(const kernels::IndexerParams& p, cudaStream_t stream, const LaunchOptions& opt) {

@@ -1,6 +1,7 @@
 // Native launcher of the MSA indexer (kernels/indexer.cuh): per token and index group, the top-k
 // key blocks by max-pooled index score, local blocks forced. Two launches: block scores (one
-// thread block per token x visible block), then selection (one thread block per token x group).
+// thread block per token (or tile of tokens) x visible block), then selection (one thread block
+// per token x group).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,12 @@ kernels::IndexerParams make_indexer_params(const IndexerArgs& a, const StepMetad
                                            const KvLayerView& cache);
 void launch_indexer_scores(const kernels::IndexerParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 void launch_indexer_topk(const kernels::IndexerParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+
+// Tokens per score item: by default kIndexerTokTile from kIndexerTileMinTokens tokens on (prefill:
+// a block's keys copied once for many tokens), else 1; a test can force 1 or the tile (-1: the
+// default). A speed choice only: the same bits either way.
+constexpr int kIndexerTileMinTokens = 32;
+void indexer_set_token_tile(int tokens);
 
 // make + both launches: selects blocks for meta.num_tokens rows from the layer's index-K cache.
 void indexer_select(const IndexerArgs& a, const StepMetadataView& meta, const KvLayerView& cache, cudaStream_t stream);

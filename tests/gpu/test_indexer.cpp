@@ -212,6 +212,34 @@ void run_case(const IndexCase& c) {
       }
   }
   EXPECT_EQ(mism, 0u) << "block scores depend on block placement";
+
+  // One token per score item and tiles of kIndexerTokTile tokens (the prefill item: a block's keys
+  // copied once for a run of one request's tokens, tiles crossing requests and padding rows):
+  // bitwise the same scores and selections. The default run above took one of them by T.
+  IndexRun by[2];
+  for (int i = 0; i < 2; ++i) {
+    native::indexer_set_token_tile(i == 0 ? 1 : kernels::kIndexerTokTile);
+    by[i] = run_gpu(c, sc, keys, scale, iq);
+  }
+  native::indexer_set_token_tile(-1);
+  EXPECT_EQ(by[1].selected, by[0].selected) << "selection depends on the token tile";
+  EXPECT_EQ(by[0].selected, g.selected) << "selection depends on the token tile";
+  size_t tile_mism = 0, compared = 0;
+  for (int t = 0; t < T; ++t) {
+    int pos = meta.positions[size_t(t)];
+    if (pos < 0) continue;
+    for (int h = 0; h < c.IH; ++h)
+      for (int b = 0; b <= pos / c.bs; ++b) {
+        size_t i = (size_t(t) * c.IH + h) * g.mqb + size_t(b);
+        ASSERT_TRUE(!std::isnan(by[1].block_scores[i]) || std::isnan(by[0].block_scores[i]))
+            << "t " << t << " g " << h << " block " << b << ": the tiled item left a visible score unwritten";
+        tile_mism += std::memcmp(&by[0].block_scores[i], &by[1].block_scores[i], 4) != 0;
+        ++compared;
+      }
+  }
+  EXPECT_EQ(tile_mism, 0u) << "block scores depend on the token tile";
+  std::printf("  [%s] %zu block scores bitwise equal with 1 and %d tokens per item\n", c.name, compared,
+              kernels::kIndexerTokTile);
 }
 
 }  // namespace
