@@ -197,20 +197,22 @@ void run_case(const IndexCase& c) {
     EXPECT_EQ(rows_diff, 0u) << "exact ties must go to the lower block index";
   }
 
+  // fn(t, h, b, i) for every visible block score (index i in a run's block_scores)
+  auto each_visible = [&](auto fn) {
+    for (int t = 0; t < T; ++t) {
+      const int pos = meta.positions[size_t(t)];
+      if (pos < 0) continue;
+      for (int h = 0; h < c.IH; ++h)
+        for (int b = 0; b <= pos / c.bs; ++b) fn(t, h, b, (size_t(t) * c.IH + h) * g.mqb + size_t(b));
+    }
+  };
+
   // Same logical keys in a different physical placement: bitwise the same results.
   Scenario sc2 = make_scenario(c.seqs, c.bs, live + c.pad, rng.gen, 7);
   IndexRun g2 = run_gpu(c, sc2, keys, scale, iq);
   EXPECT_EQ(g2.selected, g.selected) << "selection depends on block placement";
   size_t mism = 0;
-  for (int t = 0; t < T; ++t) {
-    int pos = meta.positions[size_t(t)];
-    if (pos < 0) continue;
-    for (int h = 0; h < c.IH; ++h)
-      for (int b = 0; b <= pos / c.bs; ++b) {
-        size_t i = (size_t(t) * c.IH + h) * g.mqb + size_t(b);
-        mism += std::memcmp(&g.block_scores[i], &g2.block_scores[i], 4) != 0;
-      }
-  }
+  each_visible([&](int, int, int, size_t i) { mism += std::memcmp(&g.block_scores[i], &g2.block_scores[i], 4) != 0; });
   EXPECT_EQ(mism, 0u) << "block scores depend on block placement";
 
   // One token per score item and tiles of kIndexerTokTile tokens (the prefill item: a block's keys
@@ -224,19 +226,13 @@ void run_case(const IndexCase& c) {
   native::indexer_set_token_tile(-1);
   EXPECT_EQ(by[1].selected, by[0].selected) << "selection depends on the token tile";
   EXPECT_EQ(by[0].selected, g.selected) << "selection depends on the token tile";
-  size_t tile_mism = 0, compared = 0;
-  for (int t = 0; t < T; ++t) {
-    int pos = meta.positions[size_t(t)];
-    if (pos < 0) continue;
-    for (int h = 0; h < c.IH; ++h)
-      for (int b = 0; b <= pos / c.bs; ++b) {
-        size_t i = (size_t(t) * c.IH + h) * g.mqb + size_t(b);
-        ASSERT_TRUE(!std::isnan(by[1].block_scores[i]) || std::isnan(by[0].block_scores[i]))
-            << "t " << t << " g " << h << " block " << b << ": the tiled item left a visible score unwritten";
-        tile_mism += std::memcmp(&by[0].block_scores[i], &by[1].block_scores[i], 4) != 0;
-        ++compared;
-      }
-  }
+  size_t tile_mism = 0, compared = 0, unwritten = 0;
+  each_visible([&](int t, int h, int b, size_t i) {
+    if (std::isnan(by[1].block_scores[i]) && !std::isnan(by[0].block_scores[i]) && unwritten++ < 5)
+      ADD_FAILURE() << "t " << t << " g " << h << " block " << b << ": the tiled item left a visible score unwritten";
+    tile_mism += std::memcmp(&by[0].block_scores[i], &by[1].block_scores[i], 4) != 0;
+    ++compared;
+  });
   EXPECT_EQ(tile_mism, 0u) << "block scores depend on the token tile";
   std::printf("  [%s] %zu block scores bitwise equal with 1 and %d tokens per item\n", c.name, compared,
               kernels::kIndexerTokTile);
