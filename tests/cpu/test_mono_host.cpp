@@ -232,6 +232,20 @@ TEST(MonoTaskTable, OpCodesAndRefusals) {
   mp.deep = 1;
   m.params = mp;
   EXPECT_FALSE(op_code(m, &why).has_value());
+  // the indexer scores: one token per item only (the prefill's token tiles run other code)
+  native::OpCall ix;
+  ix.kind = native::OpKind::IndexerScores;
+  ix.name = "indexer_scores";
+  kernels::IndexerParams ip;
+  ix.params = ip;
+  EXPECT_EQ(op_code(ix, &why), OpCode::IndexerScoresFp8);
+  ip.ik_fmt = kernels::CacheFmt::BF16;
+  ix.params = ip;
+  EXPECT_EQ(op_code(ix, &why), OpCode::IndexerScoresBf16);
+  ip.tok_tile = kernels::kIndexerTokTile;
+  ix.params = ip;
+  EXPECT_FALSE(op_code(ix, &why).has_value());
+  EXPECT_NE(why.find("tiles of 16 tokens"), std::string::npos) << why;
   for (int c = 0; c < int(OpCode::Count); ++c) EXPECT_STRNE(op_code_name(OpCode(c)), "?");
   // a table with an op mono does not run, and a group wider than the CTA, is refused with reasons
   std::vector<std::string> reasons;
