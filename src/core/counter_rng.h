@@ -7,11 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define M3_HOST_DEVICE __host__ __device__
-#else
-#define M3_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace m3::rng {
 

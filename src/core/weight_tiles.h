@@ -14,11 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define M3_HOST_DEVICE __host__ __device__
-#else
-#define M3_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace m3 {
 

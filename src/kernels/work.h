@@ -9,11 +9,7 @@
 #pragma once
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define M3_HOST_DEVICE __host__ __device__
-#else
-#define M3_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace m3::kernels {
 
