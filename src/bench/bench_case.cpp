@@ -13,6 +13,7 @@ namespace m3::bench {
 
 std::string BenchCase::label() const {
   if (is_prefill()) return fmt::format("prefill T={}", format_count(prefill));
+  if (query > 1) return fmt::format("decode b={} q={} ctx={}", batch, query, format_count(context));
   return fmt::format("decode b={} ctx={}", batch, format_count(context));
 }
 
@@ -56,14 +57,16 @@ std::string format_count(int64_t v) {
 }
 
 std::vector<BenchCase> make_cases(const std::vector<int64_t>& batches, const std::vector<int64_t>& contexts,
-                                  const std::vector<int64_t>& prefills) {
+                                  const std::vector<int64_t>& prefills, const std::vector<int64_t>& queries) {
   std::vector<BenchCase> out;
+  for (int64_t q : queries) M3_CHECK(q >= 1 && q <= 4, "bench: query length {} outside [1, 4]", q);
   for (int64_t c : contexts) {
     M3_CHECK(c >= 0, "bench: context {} < 0", c);
-    for (int64_t b : batches) {
-      M3_CHECK(b >= 1 && b <= 1024, "bench: batch {} outside [1, 1024]", b);
-      out.push_back(BenchCase{int(b), c, 0});
-    }
+    for (int64_t q : queries)
+      for (int64_t b : batches) {
+        M3_CHECK(b >= 1 && b <= 1024, "bench: batch {} outside [1, 1024]", b);
+        out.push_back(BenchCase{int(b), c, 0, int(q)});
+      }
   }
   for (int64_t t : prefills) {
     M3_CHECK(t >= 1, "bench: prefill {} < 1", t);

@@ -19,6 +19,7 @@ struct BenchOptions {
   std::vector<int64_t> batches{1};
   std::vector<int64_t> contexts{8192};
   std::vector<int64_t> prefills;
+  std::vector<int64_t> queries{1};      // decode cases' tokens per row (2 .. 4: verify steps)
   std::vector<std::string> paths;       // empty = the device's default paths
   int steps = 100, warmup = 10;
   int eager_reps = 3;                   // timed runs of a step a path cannot capture (native prefill)

@@ -53,7 +53,7 @@ BenchReport run_cpu_bench(const BenchOptions& o) {
     M3_CHECK(p == "cpu-ref", "bench: path '{}' is not available with --device cpu (only cpu-ref)", p);
   std::string name;
   const ModelSpec spec = bench_spec(o, &name);
-  const auto cases = make_cases(o.batches, o.contexts, o.prefills);
+  const auto cases = make_cases(o.batches, o.contexts, o.prefills, o.queries);
   const int bs = spec.index_block;
   int64_t blocks = 0;
   for (const auto& c : cases) {
@@ -125,7 +125,7 @@ BenchReport run_cpu_bench(const BenchOptions& o) {
       for (int b = 0; b < c.batch; ++b) {
         SeqStep s;
         s.start_pos = int32_t(c.context);
-        s.tokens = {tok(rng)};
+        for (int k = 0; k < c.query; ++k) s.tokens.push_back(tok(rng));
         s.block_table = row_table(b, width);
         if (c.context > 0) {
           SeqStep f;

@@ -143,6 +143,7 @@ nlohmann::json report_json(const BenchReport& r) {
     jc["mode"] = c.c.mode();
     jc["label"] = c.c.label();
     jc["batch"] = c.c.batch;
+    jc["query"] = c.c.query;
     jc["context"] = c.c.context;
     jc["prefill"] = c.c.prefill;
     jc["tokens"] = c.c.tokens();

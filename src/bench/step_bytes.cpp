@@ -59,7 +59,7 @@ std::vector<StepOp> step_ops(const PreparedLayout& L, const BenchCase& c, const 
   const CacheBytes cb = cache_bytes_per_token(L, o);
   const double T = double(c.tokens());
   const int rows = c.is_prefill() ? 1 : c.batch;
-  const int64_t len = c.max_len();  // causal length of every decode row; T for the prefill request
+  const int64_t len = c.max_len();  // causal length of every decode row (its last token); T for the prefill request
   const double H = s.hidden, D = s.head_dim;
   std::mt19937_64 rng(seed);
 
@@ -94,7 +94,7 @@ std::vector<StepOp> step_ops(const PreparedLayout& L, const BenchCase& c, const 
         if (regions) ik.regions.push_back(Region{Space::IKCache, l, 0, 0, c.prefill});
       } else {
         ik.bytes = double(rows) * double(len) * cb.ik;
-        ik.flops = double(rows) * 2 * ih * id * double(len);
+        ik.flops = double(rows) * c.query * 2 * ih * id * double(len);  // (a verify row's tokens: ~len each)
         if (regions)
           for (int r = 0; r < rows; ++r) ik.regions.push_back(Region{Space::IKCache, l, r, 0, len});
       }
@@ -114,7 +114,7 @@ std::vector<StepOp> step_ops(const PreparedLayout& L, const BenchCase& c, const 
       } else {
         const int64_t keys = Y.sparse ? sparse_window(s, len) : len;
         kv.bytes = double(rows) * 2 * double(keys) * cb.kv;
-        kv.flops = double(rows) * 4 * heads * D * double(keys);
+        kv.flops = double(rows) * c.query * 4 * heads * D * double(keys);
         if (regions)
           for (int r = 0; r < rows; ++r) {
             kv.regions.push_back(Region{Space::KCache, l, r, len - keys, keys});

@@ -21,7 +21,7 @@ namespace {
 
 struct BenchArgs {
   bench::BenchOptions o;
-  std::string batch = "1", context, prefill, paths, json, chart;
+  std::string batch = "1", query = "1", context, prefill, paths, json, chart;
 };
 
 std::vector<std::string> split_names(const std::string& s) {
@@ -39,6 +39,7 @@ int run_bench(BenchArgs& a) {
   // NOTE: the CPU smoke mode's tiny models hold 4096 positions, so its default context is smaller.
   if (a.context.empty()) a.context = o.device == "cpu" ? "1K" : "8K";
   o.contexts = bench::parse_count_list(a.context, "--context");
+  o.queries = bench::parse_count_list(a.query, "--query");
   o.prefills = a.prefill.empty() ? std::vector<int64_t>{} : bench::parse_count_list(a.prefill, "--prefill");
   o.paths = split_names(a.paths);
   M3_CHECK(!o.kernel_ms.empty() && !o.kernel_tps.empty(), "bench: --kernel-ms and --kernel-tps need at least one value");
@@ -81,6 +82,10 @@ RunFn setup_bench(CLI::App& app) {
   app.add_option("--layers", o.layers, "the last N layers of the plan (0 = all)")->capture_default_str();
   app.add_option("--tp-shard", o.tp_shard, "one tensor-parallel rank's shapes of K ranks")->capture_default_str();
   app.add_option("--batch", a->batch, "decode rows per step, comma list (e.g. 1,2,4,8,16)")->capture_default_str();
+  app.add_option("--query", a->query,
+                 "decode cases: tokens per row, comma list of 1..4 (1 a decode step; 2..4 a speculative verify step "
+                 "of the last token and its drafts, e.g. 1,4)")
+      ->capture_default_str();
   app.add_option("--context", a->context, "tokens cached per row, comma list (e.g. 1K,8K,64K; default 8K on cuda, 1K on cpu)");
   app.add_option("--prefill", a->prefill, "prefill cases: tokens of one request, comma list (e.g. 8K)");
   app.add_option("--paths", a->paths, "step paths side by side, comma list (cuda: stream, the plain read of the step's bytes one launch per op, always run; flat, the same bytes in two launches (the sparse layers' in one: mono's yardstick); native, the plans CudaBackend runs (native/forward.h); mono, the same with the sparse layers in one persistent launch (src/mono); mono:key=value/..., mono with options (poll_ns, pin, reserve, small, stage, smem_min, smem_cap, ring, early, stream, fence, grid, serialized, watchdog_ms: src/mono/options.h; e.g. mono:stream=1/smem_cap=110592); cpu: cpu-ref; default: stream,native)");

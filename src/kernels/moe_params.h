@@ -55,11 +55,14 @@ constexpr int kMoeDeepTokens = 8 * kMoeDeepNT * kMoeDeepTokGroups;  // 64 pairs 
 constexpr int kMoeDeepStages = 4;                                    // ring stages (blocks in flight)
 
 // P: enough warps to stream the experts of a batch-1 step (4 entries assumed: top-k of the smallest
-// models we run is >= 4) at about 16 warps per SM over the ceil(N/16) row tiles; at most
-// kMoeMaxChains, at most one chain per block. Depends on N, K, SMs only.
+// models we run is >= 4) at about kMoeWideWarpsPerSm warps per SM over the ceil(N/16) row tiles; at
+// most kMoeMaxChains, at most one chain per block. Depends on N, K, SMs only. 21 (H200 2026-12-04,
+// docs/perf.md): the tp4 gate/up at P = 8 instead of 16's P = 6 ran 16.07 us against 17.50 at one
+// token (native b=1 -70 us a step, b=4 -110; mono b=1 -33), 28 (P = 10) ran 21.6 us; down stays P = 2.
+constexpr int kMoeWideWarpsPerSm = 21;
 M3_HOST_DEVICE inline int moe_mma_chains(int N, int K, int sms) {
   const int tiles = (N + 15) / 16, blocks = (K + kMoeKBlock - 1) / kMoeKBlock;
-  int p = (sms * 16 + 4 * tiles - 1) / (4 * tiles);
+  int p = (sms * kMoeWideWarpsPerSm + 4 * tiles - 1) / (4 * tiles);
   p = p < kMoeMaxChains ? p : kMoeMaxChains;
   p = p < blocks ? p : blocks;
   return p < 1 ? 1 : p;

@@ -7,11 +7,11 @@ namespace m3::mono {
 
 const char* op_code_name(OpCode c) {
   static const char* const names[] = {
-      "rms_norm_regs",       "rms_norm_strided",    "mma_decode_fp8_f32",  "mma_stream_fp8_f32",  "rope_fp8_fp8",
+      "rms_norm_regs",       "rms_norm_strided",    "mma_decode_fp8_f32",  "mma_stream_fp8_f32",  "mma_wide2x2_fp8_f32",  "rope_fp8_fp8",
       "rope_fp8_bf16",       "rope_bf16_fp8",       "rope_bf16_bf16",      "indexer_scores_fp8",  "indexer_scores_bf16", "indexer_topk",
       "attn_split_fp8_d64",  "attn_split_fp8_d128", "attn_split_bf16_d64", "attn_split_bf16_d128", "attn_combine",
       "gemv_f32_m1",         "gemv_f32_m2",         "gemv_f32_m4",         "gemv_bf16_m1",       "gemv_bf16_m2",
-      "gemv_bf16_m4",        "moe_route",           "moe_split",           "moe_wide_staged3",   "moe_wide_regs",
+      "gemv_bf16_m4",        "gemv_f32_m8",         "gemv_f32_m16",        "gemv_bf16_m8",       "gemv_bf16_m16",        "moe_route",           "moe_split",           "moe_wide_staged3",   "moe_wide_regs",
       "moe_combine"};
   static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpCode::Count), "one name per code");
   return c < OpCode::Count ? names[size_t(c)] : "?";
@@ -33,7 +33,10 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
       const auto& p = std::get<kernels::MmaLinearParams>(op.params);
       if (p.wfmt != WeightFmt::FP8 || p.xfmt != ActFmt::F32)
         return no("mono runs FP8 row-scaled projections over fp32 activations only");
-      if (p.deep || p.rt != 1 || p.nt != 1) return no(fmt::format("tiling {} x {}{} is not the decode tile", p.rt, p.nt, p.deep ? " deep" : ""));
+      if (!p.deep && p.rt == 2 && p.nt == 2) return OpCode::MmaWide2x2Fp8F32;
+      if (p.deep || p.rt != 1 || p.nt != 1)
+        return no(fmt::format("tiling {} x {}{} is not the decode tile nor the 2 x 2 wide one", p.rt, p.nt,
+                              p.deep ? " deep" : ""));
       return p.stream ? OpCode::MmaStreamFp8F32 : OpCode::MmaDecodeFp8F32;
     }
     case OpKind::QkNormRopeCache: {
@@ -58,13 +61,20 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
     case OpKind::Gemv: {
       const auto& p = std::get<kernels::GemvParams>(op.params);
       if (p.xfmt != ActFmt::F32) return no("GEMV over bf16 activations");
-      if (p.token_groups != 1 || (p.mt != 1 && p.mt != 2 && p.mt != 4))
-        return no(fmt::format("GEMV of {} tokens ({} per pass)", p.M, p.mt));
-      if (p.rows != 1) return no(fmt::format("GEMV of {} rows per item (mono's router runs one)", p.rows));
-      const int i = p.mt == 1 ? 0 : p.mt == 2 ? 1 : 2;
-      if (p.wfmt == WeightFmt::F32) return OpCode(int(OpCode::GemvF32M1) + i);
-      if (p.wfmt == WeightFmt::BF16) return OpCode(int(OpCode::GemvBf16M1) + i);
-      return no("GEMV of FP8 weights (mono's router is F32 or BF16)");
+      if (p.wfmt != WeightFmt::F32 && p.wfmt != WeightFmt::BF16)
+        return no("GEMV of FP8 weights (mono's router is F32 or BF16)");
+      if (p.token_groups != 1) return no(fmt::format("GEMV of {} tokens ({} per pass)", p.M, p.mt));
+      const bool f32 = p.wfmt == WeightFmt::F32;
+      if (p.mt <= 4) {  // the router of up to 4 tokens: one row per item
+        if (p.rows != 1 || (p.mt != 1 && p.mt != 2 && p.mt != 4))
+          return no(fmt::format("GEMV of {} rows per item at {} tokens per pass (mono runs one)", p.rows, p.mt));
+        const int i = p.mt == 1 ? 0 : p.mt == 2 ? 1 : 2;
+        return OpCode(int(f32 ? OpCode::GemvF32M1 : OpCode::GemvBf16M1) + i);
+      }
+      if ((p.mt != 8 && p.mt != 16) || p.rows != kernels::gemv_rows_per_item(p.mt))
+        return no(fmt::format("GEMV of {} rows per item at {} tokens per pass", p.rows, p.mt));
+      if (p.mt == 8) return f32 ? OpCode::GemvF32M8 : OpCode::GemvBf16M8;
+      return f32 ? OpCode::GemvF32M16 : OpCode::GemvBf16M16;
     }
     case OpKind::MoeRoute: return OpCode::MoeRoute;
     case OpKind::MoeSplit: return OpCode::MoeSplit;

@@ -16,6 +16,7 @@ enum class OpCode : uint8_t {
   RmsNormStrided,
   MmaDecodeFp8F32,  // the wide 1 x 1 tile, FP8 weights, fp32 activations (every M <= 8), any norm mode
   MmaStreamFp8F32,  // the same tile, its weights copied to shared memory first (kernels/mma_stream.cuh)
+  MmaWide2x2Fp8F32,  // the 2 x 2 wide tile (9 .. 64 tokens: verify steps of 3-4 rows x 3-4 tokens)
   RopeFp8Fp8,       // K/V cache format, index-K cache format
   RopeFp8Bf16,
   RopeBf16Fp8,
@@ -34,6 +35,10 @@ enum class OpCode : uint8_t {
   GemvBf16M1,
   GemvBf16M2,
   GemvBf16M4,
+  GemvF32M8,  // 8 / 16 tokens per pass, two rows per item (verify steps of more than 4 tokens)
+  GemvF32M16,
+  GemvBf16M8,
+  GemvBf16M16,
   MoeRoute,
   MoeSplit,
   MoeWideStaged3,

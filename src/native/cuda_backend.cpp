@@ -175,11 +175,11 @@ class CudaBackendImpl final : public CudaBackend {
     if (copy_logits) out.logits.resize(size_t(rows) * size_t(spec_.vocab_size));
     float* host_logits = copy_logits ? out.logits.data() : nullptr;
 
-    bool decode = !trace && int(batch.seqs.size()) <= opt_.max_graph_batch;
-    for (const SeqStep& s : batch.seqs) decode = decode && s.tokens.size() == 1;
+    const int q = bucket_query_len(batch, BucketLimits{opt_.max_graph_batch, opt_.max_tokens, opt_.logits_rows},
+                                   trace != nullptr);
     auto run = [&](int path, LayerRangeRunner* r) {
-      if (decode) {
-        run_decode(batch, seqs, host_logits, path, r);
+      if (q > 0) {
+        run_decode(batch, seqs, q, host_logits, path, r);
       } else {
         std::unique_ptr<StepTraceRecorder> rec;
         if (trace) {
@@ -312,10 +312,10 @@ class CudaBackendImpl final : public CudaBackend {
 
   // ---- decode buckets ----
 
-  // Metadata of a decode bucket: padded to B rows, tables padded to the fixed width, launches
+  // Metadata of a decode bucket: padded to T token rows, tables padded to the fixed width, launches
   // sized for max_model_len (so the launch sequence does not depend on the contexts).
-  StepMetadata bucket_metadata(const std::vector<SeqRows>& seqs, int B) const {
-    StepMetadata m = build_step_metadata(seqs, spec_.index_block, opt_.num_cache_blocks, B);
+  StepMetadata bucket_metadata(const std::vector<SeqRows>& seqs, int T) const {
+    StepMetadata m = build_step_metadata(seqs, spec_.index_block, opt_.num_cache_blocks, T);
     const int W = fw_.table_width();
     std::vector<int32_t> t(size_t(m.num_seqs) * size_t(W), -1);
     for (int i = 0; i < m.num_seqs; ++i)
@@ -326,26 +326,31 @@ class CudaBackendImpl final : public CudaBackend {
     return m;
   }
 
-  void run_decode(const StepBatch& batch, const std::vector<CheckedSeq>& seqs, float* logits, int path,
+  // A bucket step (native/bucket_rows.h): n request rows of q tokens padded to B rows, T = B q.
+  void run_decode(const StepBatch& batch, const std::vector<CheckedSeq>& seqs, int q, float* logits, int path,
                   LayerRangeRunner* runner) {
     const int n = int(batch.seqs.size());
     ++stats_.bucket_steps;
-    const int B = decode_bucket(n);
+    const int T = decode_bucket(n) * q;
     std::vector<SeqRows> rows;
     for (const CheckedSeq& s : seqs) rows.push_back(rows_of(s));
-    const StepMetadata m = bucket_metadata(rows, B);
-    std::vector<int32_t> ids(size_t(B), 0);  // padding rows embed token 0 (never written, logits dropped)
-    for (int i = 0; i < n; ++i) ids[size_t(i)] = batch.seqs[size_t(i)].tokens[0];
+    const StepMetadata m = bucket_metadata(rows, T);
+    std::vector<int32_t> ids(size_t(T), 0);  // padding rows embed token 0 (never written, logits dropped)
+    for (int i = 0; i < n; ++i) std::copy_n(batch.seqs[size_t(i)].tokens.begin(), q, ids.begin() + ptrdiff_t(i) * q);
     fw_.upload(m, ids, stream_);
-    const LayerPlan& plan = fw_.bucket_plan(B);
-    const GraphCache::Result r = graphs_.run({B, path}, stream_, [&] { fw_.run(plan, stream_, nullptr, runner); });
+    const LayerPlan& plan = fw_.bucket_plan(T);
+    const GraphCache::Result r = graphs_.run({T, path}, stream_, [&] { fw_.run(plan, stream_, nullptr, runner); });
     if (r.replayed) ++stats_.graph_replays;
     if (r.captured) ++stats_.graph_captures;
     Activations& act = fw_.act();
-    samples_.launch_rows(act.logits.get<float>(), 0, n, stream_);  // eagerly, after the replay (outside the graph)
-    if (logits)
-      M3_CUDA_CHECK(cudaMemcpyAsync(logits, act.logits.get(), size_t(n) * spec_.vocab_size * 4, cudaMemcpyDeviceToHost,
-                                    stream_));
+    const size_t V = size_t(spec_.vocab_size);
+    for (const BucketRun& run : bucket_output_runs(batch, q)) {
+      const float* src = act.logits.get<float>() + size_t(run.bucket_row) * V;
+      samples_.launch_rows(src, run.out_row, run.count, stream_);  // eagerly, after the replay (outside the graph)
+      if (logits)
+        M3_CUDA_CHECK(cudaMemcpyAsync(logits + size_t(run.out_row) * V, src, size_t(run.count) * V * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    }
     M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
@@ -367,13 +372,6 @@ class CudaBackendImpl final : public CudaBackend {
 };
 
 }  // namespace
-
-int decode_bucket(int n) {
-  M3_CHECK(n >= 1, "decode bucket: {} sequences", n);
-  int b = 1;
-  while (b < n) b <<= 1;
-  return b;
-}
 
 std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const PreparedWeights> weights,
                                                const CudaBackendOptions& opt) {

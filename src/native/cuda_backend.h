@@ -9,13 +9,15 @@
 // Every buffer is allocated once for `max_tokens` rows; steps with more tokens run in chunks
 // (per-token causal math makes chunking exact).
 //
-// Decode steps (every sequence adds one token, at most max_graph_batch sequences, no trace) run
-// at a fixed padded shape: the batch is padded up to a bucket of 1, 2, 4, ..., 64 rows (padding
-// rows have slot -1: they write no cache, their logits are dropped), block tables are padded to a
-// fixed width and launches are sized for max_model_len, so the step is the same sequence of
-// launches whatever the contexts are. That sequence is captured once per bucket as a CUDA graph
-// and replayed after the step's metadata is copied into fixed-address device buffers; with graphs
-// off the same launches run eagerly, so eager and replayed results are bitwise equal.
+// Decode steps (every sequence adds one token, at most max_graph_batch sequences, no trace) and
+// verify steps (every sequence adds the same 2 .. 4 tokens: native/bucket_rows.h) run at a fixed
+// padded shape: the batch is padded up to a bucket of 1, 2, 4, ..., 64 request rows of q tokens
+// (padding rows have slot -1: they write no cache, their logits are dropped), block tables are
+// padded to a fixed width and launches are sized for max_model_len, so the step is the same
+// sequence of launches whatever the contexts are. That sequence is captured once per token-row
+// count as a CUDA graph and replayed after the step's metadata is copied into fixed-address device
+// buffers; with graphs off the same launches run eagerly, so eager and replayed results are
+// bitwise equal.
 //
 // Sampling (SeqStep::sample): native/sampling.h over the device logits rows right after each
 // lm_head (eagerly, after a graph's replay; never captured), tokens back to the host; the logits
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "native/bucket_rows.h"
 #include "runtime/backend.h"
 #include "runtime/dispatcher.h"
 
@@ -103,8 +106,5 @@ std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const PreparedWei
 
 // True when the CUDA runtime sees at least one device (never throws).
 bool cuda_device_available();
-
-// The decode bucket of n sequences: the smallest power of two >= n (n <= max_graph_batch).
-int decode_bucket(int n);
 
 }  // namespace m3::native

@@ -60,6 +60,15 @@ TEST(BenchCase, ParseCounts) {
   EXPECT_EQ(cases[3].max_len(), 8193);
   EXPECT_THROW(make_cases({0}, {8}, {}), Error);
   EXPECT_THROW(make_cases({}, {}, {}), Error);
+  // verify steps: q tokens a row, after the decode cases of each context
+  auto v = make_cases({1, 2}, {1024}, {}, {1, 4});
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[1].label(), "decode b=2 ctx=1K");
+  EXPECT_EQ(v[2].label(), "decode b=1 q=4 ctx=1K");
+  EXPECT_EQ(v[3].tokens(), 8);
+  EXPECT_EQ(v[3].max_len(), 1028);
+  EXPECT_THROW(make_cases({1}, {8}, {}, {5}), Error);
+  EXPECT_THROW(make_cases({1}, {8}, {}, {0}), Error);
 }
 
 TEST(BenchStats, MedianAndNearestRankP90) {

@@ -158,14 +158,18 @@ TEST(MonoLifecycle, EveryTransition) {
 }
 
 TEST(MonoEligibility, StepRules) {
-  const StepRules r;  // 4 rows of 1 token
-  for (int n = 1; n <= 4; ++n) EXPECT_EQ(step_refusal(decode_batch(n), r), "") << n;
+  const StepRules r;  // the defaults: 4 rows of up to 4 tokens (decode and verify rows)
+  for (int n = 1; n <= 4; ++n)
+    for (int q = 1; q <= 4; ++q) EXPECT_EQ(step_refusal(decode_batch(n, q), r), "") << n << " x " << q;
   EXPECT_EQ(step_refusal(decode_batch(5), r), "batch_too_large");
-  EXPECT_EQ(step_refusal(decode_batch(2, 2), r), "prefill");
+  EXPECT_EQ(step_refusal(decode_batch(2, 5), r), "prefill");
   EXPECT_EQ(step_refusal(decode_batch(1), r, true), "traced");
   EXPECT_EQ(step_refusal(StepBatch{}, r), "empty");
-  StepRules verify;
-  verify.max_query_len = 4;
+  StepRules decode_only;
+  decode_only.max_query_len = 1;
+  EXPECT_EQ(step_refusal(decode_batch(2, 2), decode_only), "prefill");
+  EXPECT_EQ(step_refusal(decode_batch(4, 1), decode_only), "");
+  const StepRules verify;
   StepBatch uneven = decode_batch(2, 2);
   uneven.seqs[1].tokens.push_back(3);
   EXPECT_EQ(step_refusal(uneven, verify), "uneven_query");
@@ -232,6 +236,54 @@ TEST(MonoTaskTable, OpCodesAndRefusals) {
   mp.deep = 1;
   m.params = mp;
   EXPECT_FALSE(op_code(m, &why).has_value());
+  // verify steps of 9 .. 16 tokens: the 2 x 2 wide tile; other wide tilings are refused
+  mp.deep = 0;
+  mp.rt = mp.nt = 2;
+  m.params = mp;
+  EXPECT_EQ(op_code(m, &why), OpCode::MmaWide2x2Fp8F32);
+  mp.rt = 4;
+  mp.nt = 1;
+  m.params = mp;
+  EXPECT_FALSE(op_code(m, &why).has_value());
+  EXPECT_NE(why.find("tiling 4 x 1"), std::string::npos) << why;
+  mp.rt = mp.nt = 1;
+  mp.deep = 1;
+  // the router GEMV: one row per item up to 4 tokens, two at 8 and 16; one pass of tokens only
+  native::OpCall gv;
+  gv.kind = native::OpKind::Gemv;
+  gv.name = "router";
+  kernels::GemvParams gp;
+  gp.wfmt = kernels::WeightFmt::F32;
+  gp.xfmt = kernels::ActFmt::F32;
+  const std::tuple<kernels::WeightFmt, int, int, OpCode> gemvs[] = {
+      {kernels::WeightFmt::F32, 1, 1, OpCode::GemvF32M1},    {kernels::WeightFmt::F32, 4, 1, OpCode::GemvF32M4},
+      {kernels::WeightFmt::F32, 8, 2, OpCode::GemvF32M8},    {kernels::WeightFmt::F32, 16, 2, OpCode::GemvF32M16},
+      {kernels::WeightFmt::BF16, 2, 1, OpCode::GemvBf16M2},  {kernels::WeightFmt::BF16, 8, 2, OpCode::GemvBf16M8},
+      {kernels::WeightFmt::BF16, 16, 2, OpCode::GemvBf16M16}};
+  for (const auto& [w, mt, rows, code] : gemvs) {
+    gp.wfmt = w;
+    gp.mt = gp.M = mt;
+    gp.rows = rows;
+    gv.params = gp;
+    EXPECT_EQ(op_code(gv, &why), code) << mt << " tokens, " << rows << " rows: " << why;
+  }
+  for (const auto& [mt, rows, groups, what] :
+       {std::tuple{4, 4, 1, "4 rows per item at 4 tokens"}, std::tuple{8, 1, 1, "1 rows per item at 8 tokens"},
+        std::tuple{16, 4, 1, "4 rows per item at 16 tokens"}, std::tuple{16, 2, 2, "(16 per pass)"}}) {
+    gp.mt = mt;
+    gp.rows = rows;
+    gp.token_groups = groups;
+    gp.M = mt * groups;
+    gv.params = gp;
+    EXPECT_FALSE(op_code(gv, &why).has_value()) << what;
+    EXPECT_NE(why.find(what), std::string::npos) << why;
+  }
+  gp.token_groups = 1;
+  gp.mt = gp.M = gp.rows = 1;
+  gp.wfmt = kernels::WeightFmt::FP8;
+  gv.params = gp;
+  EXPECT_FALSE(op_code(gv, &why).has_value());
+  EXPECT_NE(why.find("FP8 weights"), std::string::npos) << why;
   // the indexer scores: one token per item only (the prefill's token tiles run other code)
   native::OpCall ix;
   ix.kind = native::OpKind::IndexerScores;

@@ -1,8 +1,10 @@
 // The mono path (src/mono) against native on identical weights and caches: every logits row
 // bitwise equal (mono v0 runs the native plan's own op params through the same device functions,
 // so any difference is a bug: a missed dependency, a stale read, a wrong group), over teacher-forced
-// decode steps at batches 1-4 and contexts below and above the sparse window, FP8 and BF16
-// caches, graphs on and off, and the serialized debug mode; the watchdog: an unreachable counter
+// decode and verify steps (rows of 2-4 query tokens) at batches 1-4 and contexts below and above
+// the sparse window, FP8 and BF16 caches, graphs on and off, and the serialized debug mode; a
+// verify step's rows bitwise equal to the one-token steps that decode the same tokens (what makes
+// greedy speculative decoding exact), natively and on mono; the watchdog: an unreachable counter
 // target stops the kernel, the error names the task, native re-runs the step and later steps are
 // refused ("broken"); creation allocates only tables, counters and the error record.
 #include <gtest/gtest.h>
@@ -86,13 +88,22 @@ size_t compare(const PreparedModel& m, native::CudaBackend& nat, native::CudaBac
     std::iota(who.begin(), who.end(), 0);
     std::shuffle(who.begin(), who.end(), rng);
     who.resize(size_t(1 + rng() % std::min<size_t>(4, seqs.size())));
+    // every other step on average a verify step: the last token and q - 1 random drafts per row,
+    // logits of every row or of the last only (per sequence), as speculative decoding asks
+    const int q = rng() % 2 ? 1 : 2 + int(rng() % 3);
     StepBatch b;
-    for (int i : who) b.seqs.push_back(SeqStep{seqs[size_t(i)].done, {seqs[size_t(i)].toks.back()}, seqs[size_t(i)].table, false});
+    for (int i : who) {
+      const Seq& s = seqs[size_t(i)];
+      SeqStep x{s.done, {s.toks.back()}, s.table, q > 1 && rng() % 4 != 0};
+      for (int k = 1; k < q; ++k) x.tokens.push_back(int32_t(rng() % unsigned(V)));
+      b.seqs.push_back(std::move(x));
+    }
     const StepOutput a = both(b, true);
     for (size_t j = 0; j < who.size(); ++j) {
       Seq& s = seqs[size_t(who[j])];
-      s.done += 1;
-      const float* row = a.row(int(j));
+      s.done += q;
+      s.toks.insert(s.toks.end(), b.seqs[j].tokens.begin() + 1, b.seqs[j].tokens.end());
+      const float* row = a.row(int(j), a.num_rows[j] - 1);
       s.toks.push_back(int32_t(std::max_element(row, row + V) - row));
     }
   }
@@ -103,7 +114,7 @@ void run_model(const char* name, const PreparedModel& m, const std::vector<int>&
   const int bs = m.spec.index_block, V = m.spec.vocab_size;
   int longest = 0;
   for (int p : prompts) longest = std::max(longest, p);
-  const int per = (longest + steps + 8 + bs - 1) / bs;
+  const int per = (longest + 4 * steps + 8 + bs - 1) / bs;  // verify steps add up to 4 tokens
   for (DType cache : {DType::F8_E4M3, DType::BF16})
     for (bool graphs : {true, false})
       for (int mode : {0, 1, 2}) {  // 0 the default options, 1 serialized, 2 every weight tile staged (stage=3)
@@ -155,6 +166,102 @@ TEST(GpuMono, RealHeadsBitwiseEqualsNative) {
   const PreparedModel m = synthetic_model("real-heads", seed);
   // sparse window: 16 blocks of 128 = 2048 keys; prompts below and above it
   run_model("real-heads", m, {100, 2200, 700, 2500}, 24, seed);
+}
+
+// A verify step (each row: its last token and q - 1 drafts, logits of every token) against the
+// one-token steps that decode the same tokens: every row bitwise equal, on the native bucket path
+// and on mono (batch invariance across query lengths: greedy speculative decoding then gives
+// exactly the tokens of plain decoding). Rows 1-4, q 2-4, the drafts being the greedy tokens (as
+// accepted drafts are) or random ones (rejected); NaN-poisoned caches.
+TEST(GpuMono, VerifyRowsEqualOneTokenSteps) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const char* name : {"tiny-m3-a", "real-heads"}) {
+    const bool tiny = std::strcmp(name, "tiny-m3-a") == 0;
+    const PreparedModel m = tiny ? prepare_from_dir(test_data_dir() / "tiny-m3-a") : synthetic_model("real-heads", seed);
+    const int V = m.spec.vocab_size, bs = m.spec.index_block, rounds = tiny ? 12 : 6;
+    const std::vector<int> prompts = tiny ? std::vector<int>{5, 70, 300} : std::vector<int>{100, 2200, 700};
+    const int per = (300 + 2200 + 4 * rounds + 8) / bs + 1;
+    native::CudaBackendOptions o;
+    o.num_cache_blocks = int(prompts.size()) * per;
+    auto one = native::make_cuda_backend(m.pw, o);  // one-token steps
+    auto nat = native::make_cuda_backend(m.pw, o);  // verify steps, native
+    auto mon = with_mono(m, o, env_options());      // verify steps, mono
+    std::vector<native::CudaBackend*> all{one.get(), nat.get(), mon.get()};
+    for (auto* b : all) b->kv_cache().fill(0x7f, nullptr);
+    M3_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<Seq> seqs(prompts.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      for (int t = 0; t < prompts[i]; ++t) seqs[i].toks.push_back(int32_t(rng() % unsigned(V)));
+      for (int b = 0; b < per; ++b) seqs[i].table.push_back(int32_t(i * size_t(per) + size_t(b)));
+      StepOutput a;
+      for (auto* b : all) a = b->step(StepBatch{{SeqStep{0, seqs[i].toks, seqs[i].table, false}}});
+      seqs[i].done = int(seqs[i].toks.size());
+      seqs[i].toks.push_back(int32_t(std::max_element(a.row(0), a.row(0) + V) - a.row(0)));
+    }
+    size_t compared = 0;
+    for (int r = 0; r < rounds; ++r) {
+      const int q = 2 + int(rng() % 3);
+      std::vector<int> who(seqs.size());
+      std::iota(who.begin(), who.end(), 0);
+      std::shuffle(who.begin(), who.end(), rng);
+      who.resize(size_t(1 + rng() % seqs.size()));
+      const bool greedy = rng() % 2;
+      // the one-token steps: q steps of the chosen rows; their logits per row and token
+      std::vector<std::vector<std::vector<float>>> want(who.size());
+      std::vector<std::vector<int32_t>> fed(who.size());
+      for (size_t j = 0; j < who.size(); ++j) fed[j].push_back(seqs[size_t(who[j])].toks.back());
+      for (int k = 0; k < q; ++k) {
+        StepBatch b;
+        for (size_t j = 0; j < who.size(); ++j) {
+          const Seq& s = seqs[size_t(who[j])];
+          b.seqs.push_back(SeqStep{s.done + k, {fed[j][size_t(k)]}, s.table, false});
+        }
+        const StepOutput a = one->step(b);
+        for (size_t j = 0; j < who.size(); ++j) {
+          want[j].emplace_back(a.row(int(j)), a.row(int(j)) + V);
+          if (k + 1 < q)
+            fed[j].push_back(greedy ? int32_t(std::max_element(a.row(int(j)), a.row(int(j)) + V) - a.row(int(j)))
+                                    : int32_t(rng() % unsigned(V)));
+        }
+      }
+      StepBatch vb;
+      for (size_t j = 0; j < who.size(); ++j) {
+        const Seq& s = seqs[size_t(who[j])];
+        vb.seqs.push_back(SeqStep{s.done, fed[j], s.table, true});
+      }
+      for (auto* be : {nat.get(), mon.get()}) {
+        const StepOutput c = be->step(vb);
+        const std::string what = fmt::format("{} {} round {}: {} rows of {} ({} drafts)", name,
+                                             be == mon.get() ? "mono" : "native", r, who.size(), q,
+                                             greedy ? "greedy" : "random");
+        EXPECT_EQ(c.path, be == mon.get() ? "mono" : "native") << what << ": " << c.fallback_reason;
+        for (size_t j = 0; j < who.size(); ++j) {
+          ASSERT_EQ(c.num_rows[j], q) << what;
+          for (int k = 0; k < q; ++k) {
+            size_t differ = 0, first = 0;
+            const float* got = c.row(int(j), k);
+            for (int v = 0; v < V; ++v)
+              if (std::memcmp(&got[v], &want[j][size_t(k)][size_t(v)], 4) != 0) first = differ++ ? first : size_t(v);
+            EXPECT_EQ(differ, 0u) << what << ", row " << j << " token " << k << ": " << differ << " of " << V
+                                  << " logits differ, first column " << first << ": one-token step "
+                                  << want[j][size_t(k)][first] << " verify " << got[first];
+            ++compared;
+          }
+        }
+      }
+      for (size_t j = 0; j < who.size(); ++j) {
+        Seq& s = seqs[size_t(who[j])];
+        s.done += q;
+        s.toks.insert(s.toks.end(), fed[j].begin() + 1, fed[j].end());
+        const std::vector<float>& last = want[j].back();
+        s.toks.push_back(int32_t(std::max_element(last.begin(), last.end()) - last.begin()));
+      }
+    }
+    std::printf("  [verify rows %s] %zu rows of verify steps bitwise equal to one-token steps (native and mono)\n",
+                name, compared);
+  }
 }
 
 TEST(GpuMono, WatchdogStopsAFaultAndNativeRerunsTheStep) {

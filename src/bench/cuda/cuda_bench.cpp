@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "bench/cuda/device_weights.h"
+#include "native/bucket_rows.h"
 #include "bench/cuda/graph_timer.h"
 #include "bench/cuda/kernel_bench.h"
 #include "bench/cuda/lt_matmul.h"
@@ -134,7 +135,7 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
   std::vector<StepRunnerFactory> factories;
   for (const auto& p : paths) factories.push_back(step_path(p));  // unknown names fail before any allocation
 
-  const auto cases = make_cases(o.batches, o.contexts, o.prefills);
+  const auto cases = make_cases(o.batches, o.contexts, o.prefills, o.queries);
   PrepareOptions po;
   po.router_bf16 = o.router_bf16;
   po.fp8_tiled = !o.fp8_rows;
@@ -187,7 +188,7 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
   for (const auto& c : cases) {
     env.max_len = std::max(env.max_len, c.max_len());
     if (c.is_prefill()) env.max_prefill = std::max(env.max_prefill, c.prefill);
-    else env.max_batch = std::max(env.max_batch, c.batch);
+    else env.max_batch = std::max(env.max_batch, native::decode_bucket(c.batch) * c.query);  // token rows
   }
   std::vector<std::unique_ptr<StepRunner>> runners;
   for (auto& f : factories) runners.push_back(f(env));

@@ -140,10 +140,10 @@ class NativeRunner final : public StepRunner {
       std::vector<int32_t> ids;
       for (int r = 0; r < c.batch; ++r) tables_.push_back(row_block_table(c, bs, r));
       for (int r = 0; r < c.batch; ++r) {
-        rows.push_back(native::SeqRows{int32_t(c.context), 1, tables_[size_t(r)]});
-        ids.push_back(int32_t((1 + 7919 * int64_t(r)) % spec.vocab_size));
+        rows.push_back(native::SeqRows{int32_t(c.context), c.query, tables_[size_t(r)]});
+        for (int k = 0; k < c.query; ++k) ids.push_back(int32_t((1 + 7919 * int64_t(r) + 31 * k) % spec.vocab_size));
       }
-      bucket_ = native::decode_bucket(c.batch);
+      bucket_ = native::decode_bucket(c.batch) * c.query;  // token rows of the bucket plan (verify: q a row)
       native::StepMetadata m = native::build_step_metadata(rows, bs, env_.cache->shape().num_blocks, bucket_);
       // tables at the bucket width (as CudaBackend pads them): launches sized for max_model_len
       const int W = fw_->table_width();
@@ -156,9 +156,9 @@ class NativeRunner final : public StepRunner {
       ids.resize(size_t(bucket_), 0);
       fw_->upload(m, ids, s);
       fw_->run(fw_->bucket_plan(bucket_), s, &obs);
-      rows_ = c.batch;
+      rows_ = c.batch * c.query;
       if (mono_) {  // the same step through mono: bitwise the native plan's logits
-        const size_t n = size_t(c.batch) * size_t(spec.vocab_size);
+        const size_t n = size_t(rows_) * size_t(spec.vocab_size);
         std::vector<float> want(n), got(n);
         M3_CUDA_CHECK(cudaMemcpyAsync(want.data(), fw_->act().logits.get(), n * 4, cudaMemcpyDeviceToHost, s));
         M3_CUDA_CHECK(cudaMemsetAsync(fw_->act().logits.get(), 0xff, n * 4, s));  // NaN poison
@@ -208,7 +208,7 @@ class NativeRunner final : public StepRunner {
     if (c_.is_prefill()) {
       h = host_logits_;
     } else {
-      h.resize(size_t(c_.batch) * size_t(V));
+      h.resize(size_t(rows_) * size_t(V));
       M3_CUDA_CHECK(cudaMemcpy(h.data(), fw_->act().logits.get(), h.size() * 4, cudaMemcpyDeviceToHost));
     }
     size_t bad = 0, first = 0;
@@ -222,14 +222,14 @@ class NativeRunner final : public StepRunner {
 
   std::string note() const override {
     if (mono_ && !c_.is_prefill())
-      return fmt::format("decode bucket {} plan with the sparse layers in one mono launch ({}); set-up step bitwise "
+      return fmt::format("decode bucket plan of {} token rows with the sparse layers in one mono launch ({}); set-up step bitwise "
                          "vs native: {} logits differ{}",
                          bucket_, runner_->describe(), mono_differ_, trace_summary_.empty() ? "" : "\n" + trace_summary_);
     if (c_.is_prefill())
       return fmt::format("one eager pass of {} rows: metadata upload, plan build, layers, last row's lm_head, logits "
                          "to the host (not a graph)",
                          c_.prefill);
-    return fmt::format("decode bucket {} plan (what CudaBackend replays as its graph, without the metadata upload and "
+    return fmt::format("decode bucket plan of {} token rows (what CudaBackend replays as its graph, without the metadata upload and "
                        "logits copy) over the random cache",
                        bucket_);
   }
@@ -268,7 +268,8 @@ class NativeRunner final : public StepRunner {
     std::string tag = name_;
     for (char& ch : tag)
       if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    const std::string path = fmt::format("{}.{}.b{}.ctx{}.csv", env_.trace, tag, c.batch, c.context);
+    const std::string path = c.query > 1 ? fmt::format("{}.{}.b{}.q{}.ctx{}.csv", env_.trace, tag, c.batch, c.query, c.context)
+                                         : fmt::format("{}.{}.b{}.ctx{}.csv", env_.trace, tag, c.batch, c.context);
     FILE* f = std::fopen(path.c_str(), "w");
     M3_CHECK(f != nullptr, "bench mono: --trace: cannot write {}", path);
     std::fprintf(f, "op,item,layer,code,wait_ns,run_ns,end_ns\n");

@@ -2,6 +2,8 @@
 // op structs native launches (kernels/<op>.cuh), one switch over the op codes (mono/op_code.h).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/attention.cuh"
 #include "kernels/bulk_copy.cuh"
 #include "kernels/gemv.cuh"
@@ -43,53 +45,72 @@ __device__ __forceinline__ uint64_t global_ns() {
 __shared__ __align__(16) uint8_t params_s[kParamBytes];
 
 // One function per op (not inlined into one switch): each body gets the whole register budget,
-// and its code is contiguous.
-template <class Op>
-__device__ __noinline__ void run(int64_t item, Group g, uint8_t* smem) {
+// and its code is contiguous. Each kernel build (kVerify) has its own copy of every body, the same
+// code: ptxas allocates a body's registers over the call graphs it belongs to, so copies shared
+// with the verify kernel's extra bodies made the decode bodies spill more (H200 2026-12-04, with
+// them shared: mono b=1 7223 against 7033 us; docs/perf.md).
+template <class Op, bool kVerify>
+__device__ __noinline__ void run_body(int64_t item, Group g, uint8_t* smem) {
   Op::run(*reinterpret_cast<const typename Op::Params*>(params_s), item, g, smem);
 }
 
+// kVerify: the kernel with the bodies only verify steps of more than 4 token rows use (the 2 x 2
+// tile, the GEMV of 8 / 16 tokens: verify_code); the decode kernel leaves them out, so its code is
+// what it was before verify steps existed. A program runs the kernel that has its codes.
+template <bool kVerify>
 __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
+  if constexpr (kVerify) {
+    switch (code) {
+      case OpCode::MmaWide2x2Fp8F32: return run_body<MmaWideOp<WeightFmt::FP8, ActFmt::F32, 2, 2>, kVerify>(item, g, smem);
+      case OpCode::GemvF32M8: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 8>, kVerify>(item, g, smem);
+      case OpCode::GemvF32M16: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 16>, kVerify>(item, g, smem);
+      case OpCode::GemvBf16M8: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 8>, kVerify>(item, g, smem);
+      case OpCode::GemvBf16M16: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 16>, kVerify>(item, g, smem);
+      default: break;
+    }
+  }
   switch (code) {
-    case OpCode::RmsNormRegs: return run<RmsNormOp<true>>(item, g, smem);
-    case OpCode::RmsNormStrided: return run<RmsNormOp<false>>(item, g, smem);
+    case OpCode::RmsNormRegs: return run_body<RmsNormOp<true>, kVerify>(item, g, smem);
+    case OpCode::RmsNormStrided: return run_body<RmsNormOp<false>, kVerify>(item, g, smem);
     // one body for the tile's every norm mode (kernels/mma_linear.cuh, MmaDecodeOp)
-    case OpCode::MmaDecodeFp8F32: return run<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32, kNormAny>>(item, g, smem);
-    case OpCode::MmaStreamFp8F32: return run<MmaStreamOp<ActFmt::F32>>(item, g, smem);
-    case OpCode::RopeFp8Fp8: return run<QkNormRopeCacheOp<CacheFp8, CacheFp8>>(item, g, smem);
-    case OpCode::RopeFp8Bf16: return run<QkNormRopeCacheOp<CacheFp8, CacheBf16>>(item, g, smem);
-    case OpCode::RopeBf16Fp8: return run<QkNormRopeCacheOp<CacheBf16, CacheFp8>>(item, g, smem);
-    case OpCode::RopeBf16Bf16: return run<QkNormRopeCacheOp<CacheBf16, CacheBf16>>(item, g, smem);
-    case OpCode::IndexerScoresFp8: return run<IndexerScoresOp<CacheFp8>>(item, g, smem);
-    case OpCode::IndexerScoresBf16: return run<IndexerScoresOp<CacheBf16>>(item, g, smem);
-    case OpCode::IndexerTopk: return run<IndexerTopkOp>(item, g, smem);
-    case OpCode::AttnSplitFp8D64: return run<AttentionSplitOp<CacheFp8, 64>>(item, g, smem);
-    case OpCode::AttnSplitFp8D128: return run<AttentionSplitOp<CacheFp8, 128>>(item, g, smem);
-    case OpCode::AttnSplitBf16D64: return run<AttentionSplitOp<CacheBf16, 64>>(item, g, smem);
-    case OpCode::AttnSplitBf16D128: return run<AttentionSplitOp<CacheBf16, 128>>(item, g, smem);
-    case OpCode::AttnCombine: return run<AttentionCombineOp>(item, g, smem);
-    case OpCode::GemvF32M1: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 1, 1>>(item, g, smem);
-    case OpCode::GemvF32M2: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 2, 1>>(item, g, smem);
-    case OpCode::GemvF32M4: return run<GemvOp<WeightFmt::F32, ActFmt::F32, 4, 1>>(item, g, smem);
-    case OpCode::GemvBf16M1: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 1, 1>>(item, g, smem);
-    case OpCode::GemvBf16M2: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 2, 1>>(item, g, smem);
-    case OpCode::GemvBf16M4: return run<GemvOp<WeightFmt::BF16, ActFmt::F32, 4, 1>>(item, g, smem);
-    case OpCode::MoeRoute: return run<MoeRouteOp>(item, g, smem);
-    case OpCode::MoeSplit: return run<MoeSplitOp>(item, g, smem);
-    case OpCode::MoeWideStaged3: return run<MoeWideOp<3>>(item, g, smem);
-    case OpCode::MoeWideRegs: return run<MoeWideOp<0>>(item, g, smem);
-    case OpCode::MoeCombine: return run<MoeCombineOp>(item, g, smem);
+    case OpCode::MmaDecodeFp8F32: return run_body<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32, kNormAny>, kVerify>(item, g, smem);
+    case OpCode::MmaStreamFp8F32: return run_body<MmaStreamOp<ActFmt::F32>, kVerify>(item, g, smem);
+    case OpCode::RopeFp8Fp8: return run_body<QkNormRopeCacheOp<CacheFp8, CacheFp8>, kVerify>(item, g, smem);
+    case OpCode::RopeFp8Bf16: return run_body<QkNormRopeCacheOp<CacheFp8, CacheBf16>, kVerify>(item, g, smem);
+    case OpCode::RopeBf16Fp8: return run_body<QkNormRopeCacheOp<CacheBf16, CacheFp8>, kVerify>(item, g, smem);
+    case OpCode::RopeBf16Bf16: return run_body<QkNormRopeCacheOp<CacheBf16, CacheBf16>, kVerify>(item, g, smem);
+    case OpCode::IndexerScoresFp8: return run_body<IndexerScoresOp<CacheFp8>, kVerify>(item, g, smem);
+    case OpCode::IndexerScoresBf16: return run_body<IndexerScoresOp<CacheBf16>, kVerify>(item, g, smem);
+    case OpCode::IndexerTopk: return run_body<IndexerTopkOp, kVerify>(item, g, smem);
+    case OpCode::AttnSplitFp8D64: return run_body<AttentionSplitOp<CacheFp8, 64>, kVerify>(item, g, smem);
+    case OpCode::AttnSplitFp8D128: return run_body<AttentionSplitOp<CacheFp8, 128>, kVerify>(item, g, smem);
+    case OpCode::AttnSplitBf16D64: return run_body<AttentionSplitOp<CacheBf16, 64>, kVerify>(item, g, smem);
+    case OpCode::AttnSplitBf16D128: return run_body<AttentionSplitOp<CacheBf16, 128>, kVerify>(item, g, smem);
+    case OpCode::AttnCombine: return run_body<AttentionCombineOp, kVerify>(item, g, smem);
+    case OpCode::GemvF32M1: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 1, 1>, kVerify>(item, g, smem);
+    case OpCode::GemvF32M2: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 2, 1>, kVerify>(item, g, smem);
+    case OpCode::GemvF32M4: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 4, 1>, kVerify>(item, g, smem);
+    case OpCode::GemvBf16M1: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 1, 1>, kVerify>(item, g, smem);
+    case OpCode::GemvBf16M2: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 2, 1>, kVerify>(item, g, smem);
+    case OpCode::GemvBf16M4: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 4, 1>, kVerify>(item, g, smem);
+    case OpCode::MoeRoute: return run_body<MoeRouteOp, kVerify>(item, g, smem);
+    case OpCode::MoeSplit: return run_body<MoeSplitOp, kVerify>(item, g, smem);
+    case OpCode::MoeWideStaged3: return run_body<MoeWideOp<3>, kVerify>(item, g, smem);
+    case OpCode::MoeWideRegs: return run_body<MoeWideOp<0>, kVerify>(item, g, smem);
+    case OpCode::MoeCombine: return run_body<MoeCombineOp, kVerify>(item, g, smem);
     default: __trap();
   }
 }
 
 // A staged item (op.stage, the kernels' run_staged): its tile is complete. One function each, as
 // the op bodies above.
+template <bool kVerify>
 __device__ __noinline__ void run_staged_mma(int64_t item, Group g, uint8_t* smem) {
   using Op = MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>;
   const auto& p = *reinterpret_cast<const Op::Params*>(params_s);
   Op::run_staged(p, item, g, smem, smem + mma_staged_tile_offset(p.chains));
 }
+template <bool kVerify>
 __device__ __noinline__ void run_staged_moe(int64_t item, Group g, uint8_t* smem) {
   const auto& p = *reinterpret_cast<const MoeMmaParams*>(params_s);
   MoeWideOp<0>::run_staged(p, item, g, smem, smem + moe_staged_tile_offset(p.chains));
@@ -161,6 +182,7 @@ __device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index
   return op.wait_op < 0 || wait_op_done(a, op, op_index, epoch, cta, task, op.wait_op, fault);
 }
 
+template <bool kVerify>
 __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int go;
@@ -228,12 +250,12 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
         uint8_t* gs = smem + size_t(g) * op.smem;
         if (op.stage && k == g) {
           mbar_wait(&stage_bar[g], ((stage_phase >> g) & 1u) ^ 1u);
-          if (op.stage == 1) run_staged_mma(item, grp, gs);
-          else run_staged_moe(item, grp, gs);
+          if (op.stage == 1) run_staged_mma<kVerify>(item, grp, gs);
+          else run_staged_moe<kVerify>(item, grp, gs);
         } else if (op.stage == 2) {
-          run<MoeWideOp<0>>(item, grp, gs);  // the staged op's smem has no ring
+          run_body<MoeWideOp<0>, kVerify>(item, grp, gs);  // the staged op's smem has no ring
         } else {
-          run_op(OpCode(op.code), item, grp, gs);
+          run_op<kVerify>(OpCode(op.code), item, grp, gs);
         }
         if (st && grp.tid == 0) st[2] = global_ns();
       }
@@ -252,25 +274,42 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
   if (tid == 0 && done) a.epochs[cta] = epoch;
 }
 
+const void* kernel_fn(bool verify) {
+  return verify ? reinterpret_cast<const void*>(mono_kernel<true>) : reinterpret_cast<const void*>(mono_kernel<false>);
+}
+
 }  // namespace
+
+bool verify_code(OpCode c) {
+  return c == OpCode::MmaWide2x2Fp8F32 || c == OpCode::GemvF32M8 || c == OpCode::GemvF32M16 ||
+         c == OpCode::GemvBf16M8 || c == OpCode::GemvBf16M16;
+}
 
 int kernel_max_dynamic_smem() {
   int dev = 0, optin = 0;
   M3_CUDA_CHECK(cudaGetDevice(&dev));
   M3_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  cudaFuncAttributes fa{};
-  M3_CUDA_CHECK(cudaFuncGetAttributes(&fa, mono_kernel));
-  return optin - int(fa.sharedSizeBytes);
+  int most = optin;
+  for (bool v : {false, true}) {
+    cudaFuncAttributes fa{};
+    M3_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel_fn(v)));
+    most = std::min(most, optin - int(fa.sharedSizeBytes));
+  }
+  return most;
 }
 
 int kernel_ctas_per_sm(int smem) {
-  M3_CUDA_CHECK(cudaFuncSetAttribute(mono_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  int n = 0;
-  M3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mono_kernel, kCtaThreads, size_t(smem)));
-  return n;
+  int fewest = 1 << 30;
+  for (bool v : {false, true}) {
+    M3_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn(v), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int n = 0;
+    M3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_fn(v), kCtaThreads, size_t(smem)));
+    fewest = std::min(fewest, n);
+  }
+  return fewest;
 }
 
-void launch_kernel(const KernelArgs& a, int grid, int smem, cudaStream_t stream) {
+void launch_kernel(const KernelArgs& a, int grid, int smem, bool verify, cudaStream_t stream) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(grid));
   cfg.blockDim = dim3(unsigned(kCtaThreads));
@@ -282,7 +321,7 @@ void launch_kernel(const KernelArgs& a, int grid, int smem, cudaStream_t stream)
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   void* args[] = {const_cast<KernelArgs*>(&a)};
-  const cudaError_t e = cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(mono_kernel), args);
+  const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel_fn(verify), args);
   M3_CHECK(e == cudaSuccess, "mono: cooperative launch of {} CTAs x {} threads ({} B shared memory) failed: {}", grid,
            kCtaThreads, smem, cudaGetErrorString(e));
   M3_LAUNCH_CHECK(stream);

@@ -29,6 +29,7 @@ struct Program {
   const native::LayerPlan* plan = nullptr;
   size_t num_ops = 0;
   TaskTable table;
+  bool verify = false;  // the table holds a code only the verify kernel has (kernel.h)
   native::DevBuf ops, tasks, cta_begin, counters, epochs, seq, trace;
 };
 
@@ -80,7 +81,7 @@ class Runner final : public MonoRunner {
     a.poll_ns = uint32_t(opt_.poll_ns);
     a.fence = opt_.fence ? 1 : 0;
     a.trace = opt_.trace ? p.trace.get<unsigned long long>() : nullptr;
-    launch_kernel(a, grid_, std::max(p.table.max_smem, std::min(opt_.smem_min, max_smem_)), stream);
+    launch_kernel(a, grid_, std::max(p.table.max_smem, std::min(opt_.smem_min, max_smem_)), p.verify, stream);
     last_ = &p;
   }
 
@@ -184,6 +185,7 @@ class Runner final : public MonoRunner {
       M3_FAIL("{}", r.text());
     }
     const TaskTable& t = p->table;
+    for (const MonoOp& o : t.ops) p->verify = p->verify || verify_code(OpCode(o.code));
     auto up = [](native::DevBuf& b, const void* src, size_t bytes) {
       b = native::DevBuf(std::max<size_t>(bytes, 16));
       M3_CUDA_CHECK(cudaMemcpy(b.get(), src, bytes, cudaMemcpyHostToDevice));
@@ -256,9 +258,10 @@ std::variant<std::unique_ptr<MonoRunner>, Refusal> create(const native::ForwardM
   const native::KvCacheShape& cs = m.cache().shape();
   r.reasons = static_refusals(m.weights().layout(), CacheFormat{cs.kv_dtype, cs.ik_dtype, cs.block_size}, range.first,
                               range.last);
-  if (opt.rules.max_rows < 1 || opt.rules.max_query_len != 1)
-    r.reasons.push_back(fmt::format("rules: {} rows of {} query tokens (mono v0 serves 1 .. 4 rows of 1)",
-                                    opt.rules.max_rows, opt.rules.max_query_len));
+  if (opt.rules.max_rows < 1 || opt.rules.max_rows > kMaxRows || opt.rules.max_query_len < 1 ||
+      opt.rules.max_query_len > kMaxQueryLen)
+    r.reasons.push_back(fmt::format("rules: {} rows of up to {} query tokens (mono serves 1 .. {} rows of 1 .. {})",
+                                    opt.rules.max_rows, opt.rules.max_query_len, kMaxRows, kMaxQueryLen));
   if (!(opt.watchdog_ms > 0)) r.reasons.push_back(fmt::format("watchdog of {} ms", opt.watchdog_ms));
   if (opt.poll_ns < 0 || opt.poll_ns > 1000000) r.reasons.push_back(fmt::format("poll sleep {} ns", opt.poll_ns));
   if (opt.place.ring < 0 || opt.place.ring > 2)
