@@ -12,6 +12,7 @@
 #include "cli/backend_choice.h"
 #include "cli/command.h"
 #include "cli/int_list.h"
+#include "cli/speculative_args.h"
 #include "core/check.h"
 #include "model/load_weights.h"
 #include "model/spec.h"
@@ -32,6 +33,7 @@ struct GenerateArgs {
   bool device_sampling = true;
   bool mono = false;
   int tp = 1;
+  SpeculativeArgs spec;
 };
 
 // The backend for --device (cli/backend_choice.h): the CUDA native backend, or the CPU reference on
@@ -50,6 +52,7 @@ int run_generate(const GenerateArgs& a) {
   M3_CHECK(a.max_tokens >= 1, "generate: --max-tokens must be >= 1, got {}", a.max_tokens);
   M3_CHECK(a.threads >= 0, "generate: --threads must be >= 0, got {}", a.threads);
   std::vector<int32_t> prompt = parse_token_ids(a.prompt_ids, "generate: --prompt-ids");
+  const SpeculativeOptions so = speculative_options(a.spec, "generate");
 
   auto t0 = std::chrono::steady_clock::now();
   ModelSpec spec = load_model_spec(a.model);
@@ -79,6 +82,7 @@ int run_generate(const GenerateArgs& a) {
   req.seed = a.seed;
   req.stop_id = a.stop_at_eos ? spec.eos_id : -1;
   req.device_sampling = a.device_sampling;
+  req.speculative = so;
   const GenerateResult res = generate(*backend, req);
   const std::vector<int32_t>& out = res.ids;
   const auto& paths = res.paths;
@@ -94,6 +98,11 @@ int run_generate(const GenerateArgs& a) {
   for (const auto& [p, n] : paths) by_path += fmt::format("{}{} {}", by_path.empty() ? "" : ", ", p, n);
   for (const auto& [r, n] : fallbacks) by_path += fmt::format("; fallback {} {}", r, n);
   std::fprintf(stderr, "steps per path: %s\n", by_path.c_str());
+  if (so.method != SpeculativeMethod::None)
+    std::fprintf(stderr,
+                 "speculative %s: %d verify steps, %d drafts, %d kept (acceptance length %.2f tokens a verify step)\n",
+                 speculative_method_name(so.method), res.verify_steps, res.drafted, res.accepted,
+                 res.verify_steps ? 1.0 + double(res.accepted) / res.verify_steps : 0.0);
   return 0;
 }
 
@@ -114,8 +123,9 @@ RunFn setup_generate(CLI::App& app) {
   app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")->capture_default_str();
   app.add_flag("--stop-at-eos", a->stop_at_eos, "stop after the model's eos token");
   app.add_flag("--mono", a->mono,
-               "CUDA: the fused persistent decode path for the steps it serves (decode, <= 4 rows); prints the "
-               "steps per path at the end");
+               "CUDA: the fused persistent decode path for the steps it serves (decode and verify steps, <= 4 "
+               "rows of <= 4 tokens); prints the steps per path at the end");
+  add_speculative_options(app, a->spec);
   app.add_flag("--device-sampling,!--host-sampling", a->device_sampling,
                "sample on the backend (the GPU kernel on CUDA; default) or copy logits back and sample on the host");
   return [a] { return run_generate(*a); };

@@ -15,6 +15,7 @@
 
 #include "cli/backend_choice.h"
 #include "cli/command.h"
+#include "cli/speculative_args.h"
 #include "core/check.h"
 #include "model/spec.h"
 #include "runtime/engine.h"
@@ -35,6 +36,7 @@ struct ServeArgs {
   std::string device = "auto", weights = "checkpoint", router_dtype = "float32";
   int max_num_seqs = 16;
   int max_step_tokens = 512;
+  SpeculativeArgs spec;
   int max_model_len = 0;
   double grace_s = 10;
   bool device_sampling = true;
@@ -148,6 +150,7 @@ int run_serve(ServeArgs a) {
   eo.scheduler.max_step_tokens = a.max_step_tokens;
   eo.scheduler.max_model_len = a.max_model_len;
   eo.scheduler.device_sampling = a.device_sampling;
+  eo.scheduler.speculative = speculative_options(a.spec, "serve");
   Engine engine(std::move(backend), eo);
   serve::Server server(engine, a.server);
   int port = server.bind();
@@ -206,8 +209,9 @@ M3_COMMAND(
                      "the GPU path runs one rank)")
           ->capture_default_str();
       app.add_flag("--mono", a->mono,
-                   "CUDA: the fused persistent decode path for the steps it serves (decode, <= 4 rows); "
-                   "/metrics counts steps per path and fallbacks by reason");
+                   "CUDA: the fused persistent decode path for the steps it serves (decode and verify steps, <= 4 "
+                   "rows of <= 4 tokens); /metrics counts steps per path and fallbacks by reason");
+      add_speculative_options(app, a->spec);
       app.add_flag("--device-sampling,!--host-sampling", a->device_sampling,
                    "sample on the backend (the GPU kernel on CUDA; default) or copy logits back and sample on the host");
       app.add_option("--max-num-seqs", a->max_num_seqs, "Largest running batch")->capture_default_str()->check(CLI::PositiveNumber);

@@ -36,6 +36,15 @@ bool BlockManager::ensure(std::vector<int32_t>& table, int64_t tokens) {
   return true;
 }
 
+void BlockManager::shrink(std::vector<int32_t>& table, int64_t tokens) {
+  M3_CHECK(tokens >= 0, "block manager: shrink to {} positions", tokens);
+  const size_t keep = size_t(blocks_for(tokens));
+  if (table.size() <= keep) return;
+  std::vector<int32_t> tail(table.begin() + ptrdiff_t(keep), table.end());
+  table.resize(keep);
+  release(tail);
+}
+
 void BlockManager::release(std::vector<int32_t>& table) {
   for (int32_t b : table) {
     M3_CHECK(b >= 0 && b < num_blocks_, "block manager: block id {} outside [0, {})", b, num_blocks_);

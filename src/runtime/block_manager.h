@@ -24,6 +24,8 @@ class BlockManager {
   // Grows `table` to cover `tokens` positions. All or nothing: returns false and leaves `table`
   // untouched when there are not enough free blocks.
   bool ensure(std::vector<int32_t>& table, int64_t tokens);
+  // Returns the blocks of `table` past those that cover `tokens` positions to the pool.
+  void shrink(std::vector<int32_t>& table, int64_t tokens);
   // Returns every block of `table` to the pool and clears it.
   void release(std::vector<int32_t>& table);
 

@@ -153,6 +153,9 @@ void Engine::record(const StepReport& rep) {
   stats_.prompt_tokens += uint64_t(rep.prefill_tokens);
   stats_.generation_tokens += uint64_t(rep.generated);
   stats_.preemptions += uint64_t(rep.preempted);
+  stats_.spec_verify_rows += uint64_t(rep.verify_rows);
+  stats_.spec_draft_tokens += uint64_t(rep.drafted);
+  stats_.spec_accepted_tokens += uint64_t(rep.accepted);
   if (!rep.error.empty()) stats_.step_errors++;
   stats_.step_latency.observe(rep.seconds);
   stats_.batch_size.observe(rep.num_seqs);

@@ -38,6 +38,9 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;       // prefill tokens computed (recompute included)
   uint64_t generation_tokens = 0;   // tokens sampled
   uint64_t preemptions = 0;
+  uint64_t spec_verify_rows = 0;      // speculative decoding: request rows that verified drafts
+  uint64_t spec_draft_tokens = 0;     // drafts scored
+  uint64_t spec_accepted_tokens = 0;  // drafts kept
   uint64_t step_errors = 0;
   uint64_t requests_submitted = 0;
   std::map<std::string, uint64_t> requests_finished;  // by finish reason name

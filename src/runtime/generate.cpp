@@ -1,6 +1,7 @@
 // generate (runtime/generate.h).
 #include "runtime/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 
@@ -47,8 +48,41 @@ GenerateResult generate(Backend& b, const GenerateRequest& r) {
   out.ids.push_back(step(0, r.prompt));
   const auto t1 = clock::now();
   int pos = int(r.prompt.size());
-  while (int(out.ids.size()) < r.max_tokens && !(r.stop_id >= 0 && out.ids.back() == r.stop_id))
-    out.ids.push_back(step(pos++, {out.ids.back()}));
+  const SpeculativeOptions& so = r.speculative;
+  if (so.method != SpeculativeMethod::None) validate_speculative(so);
+  std::vector<int32_t> seq = r.prompt;  // prompt + new tokens (the n-gram drafts' source)
+  seq.push_back(out.ids.back());
+  auto stopped = [&] { return r.stop_id >= 0 && out.ids.back() == r.stop_id; };
+  while (int(out.ids.size()) < r.max_tokens && !stopped()) {
+    std::vector<int32_t> drafts;
+    if (so.method == SpeculativeMethod::Ngram)
+      drafts = ngram_drafts(seq, so.ngram_min, so.ngram_max,
+                            std::min(so.num_draft_tokens, r.max_tokens - int(out.ids.size()) - 1));
+    if (drafts.empty()) {
+      out.ids.push_back(step(pos++, {out.ids.back()}));
+      seq.push_back(out.ids.back());
+      continue;
+    }
+    std::vector<int32_t> toks{out.ids.back()};
+    toks.insert(toks.end(), drafts.begin(), drafts.end());
+    StepOutput o = b.step(StepBatch{{SeqStep{pos, std::move(toks), table, true}}});
+    ++out.paths[o.path];
+    if (!o.fallback_reason.empty()) ++out.fallbacks[o.fallback_reason];
+    M3_CHECK(o.num_rows.size() == 1 && o.num_rows[0] == int(drafts.size()) + 1 &&
+                 o.logits.size() >= size_t(o.num_rows[0]) * size_t(o.vocab),
+             "generate: the backend returned {} logits rows for a verify step of {} tokens",
+             o.num_rows.empty() ? 0 : o.num_rows[0], drafts.size() + 1);
+    const VerifyResult v = verify_drafts(o.row(0), o.vocab, drafts, r.sampling, st);
+    ++out.verify_steps;
+    out.drafted += int(drafts.size());
+    out.accepted += v.accepted;
+    pos += 1 + v.accepted;
+    for (int32_t t : v.tokens) {
+      out.ids.push_back(t);
+      seq.push_back(t);
+      if (stopped() || int(out.ids.size()) >= r.max_tokens) break;
+    }
+  }
   out.prefill_s = std::chrono::duration<double>(t1 - t0).count();
   out.decode_s = std::chrono::duration<double>(clock::now() - t1).count();
   return out;

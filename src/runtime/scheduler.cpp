@@ -19,6 +19,7 @@ struct Scheduler::Seq {
   std::vector<int32_t> blocks;  // block table
   SamplerState sampler;
   int preemptions = 0;
+  std::vector<int32_t> drafts;  // this step's draft tokens (a verify row), empty otherwise
   int generated() const { return int(tokens.size()) - prompt_len; }
 };
 
@@ -26,6 +27,7 @@ Scheduler::Scheduler(Backend& backend, SchedulerOptions opt)
     : backend_(backend), opt_(opt), blocks_(backend.num_cache_blocks(), backend.cache_block_size()) {
   M3_CHECK(opt_.max_num_seqs >= 1, "scheduler: max_num_seqs must be >= 1, got {}", opt_.max_num_seqs);
   M3_CHECK(opt_.max_step_tokens >= 1, "scheduler: max_step_tokens must be >= 1, got {}", opt_.max_step_tokens);
+  if (opt_.speculative.method != SpeculativeMethod::None) validate_speculative(opt_.speculative);
   const ModelSpec& sp = spec();
   int64_t capacity = int64_t(blocks_.num_blocks()) * blocks_.block_size();
   int64_t limit = capacity;
@@ -129,6 +131,51 @@ void Scheduler::preempt(Seq* s) {
   waiting_.push_front(s);
 }
 
+// A verify row's outcome: the kept drafts and the token that ends it, appended one by one under
+// the stop rules; the cache keeps the last token and the kept drafts (the rejected drafts' slots
+// are overwritten later; blocks past the sequence go back now).
+void Scheduler::verified(Seq* s, const StepOutput& out, int k, StepReport& rep) {
+  const std::vector<int32_t> drafts = std::move(s->drafts);
+  s->drafts.clear();
+  const int V = out.vocab;
+  const float* rows = out.row(k, 0);
+  const VerifyResult v = verify_drafts(rows, V, drafts, s->req.sampling, s->sampler);
+  rep.accepted += v.accepted;
+  s->num_computed += 1 + v.accepted;  // the last token and the kept drafts
+  const ModelSpec& sp = spec();
+  std::vector<int32_t> fresh;
+  std::vector<TokenLogprob> lps;
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const int32_t tok = v.tokens[i];
+    s->tokens.push_back(tok);
+    fresh.push_back(tok);
+    rep.generated++;
+    if (s->req.logprobs >= 0) lps.push_back(token_logprob(rows + i * size_t(V), V, tok, s->req.logprobs));
+    const bool is_stop = (!s->req.ignore_eos && sp.eos_id >= 0 && tok == sp.eos_id) ||
+                         std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), tok) !=
+                             s->req.stop_token_ids.end();
+    if (is_stop) {
+      finish(s, FinishReason::Stop, tok, std::move(fresh), "", std::move(lps));
+      rep.finished++;
+      return;
+    }
+    if (s->generated() >= s->req.max_tokens || int(s->tokens.size()) >= max_model_len_) {
+      finish(s, FinishReason::Length, -1, std::move(fresh), "", std::move(lps));
+      rep.finished++;
+      return;
+    }
+  }
+  blocks_.shrink(s->blocks, int64_t(s->tokens.size()));
+  RequestEvent ev;
+  ev.id = s->id;
+  ev.new_tokens = std::move(fresh);
+  ev.logprobs = std::move(lps);
+  ev.prompt_tokens = s->prompt_len;
+  ev.completion_tokens = s->generated();
+  ev.preemptions = s->preemptions;
+  if (s->cb) s->cb(ev);
+}
+
 StepReport Scheduler::step() {
   StepReport rep;
   StepBatch batch;
@@ -139,9 +186,16 @@ StepReport Scheduler::step() {
     SeqStep st;
     st.start_pos = s->num_computed;
     st.tokens.assign(s->tokens.begin() + s->num_computed, s->tokens.begin() + s->num_computed + n);
-    int nb = blocks_.blocks_for(s->num_computed + n);
+    const int d = int(s->drafts.size());  // a verify row: the last token, then the drafts
+    st.tokens.insert(st.tokens.end(), s->drafts.begin(), s->drafts.end());
+    int nb = blocks_.blocks_for(s->num_computed + n + d);
     st.block_table.assign(s->blocks.begin(), s->blocks.begin() + nb);
-    if (opt_.device_sampling && s->req.logprobs < 0) {  // logprobs need the logits: sampled here then
+    if (d > 0) {
+      st.all_logits = true;  // each row's logits: the tokens are chosen here (verify_drafts)
+      rep.verify_rows++;
+      rep.drafted += d;
+      budget -= d;
+    } else if (opt_.device_sampling && s->req.logprobs < 0) {  // logprobs need the logits: sampled here then
       st.want_logits = false;  // the scheduler reads no logits then (unless the backend samples nothing)
       if (s->num_computed + n == int(s->tokens.size())) st.sample = SamplingRequest{s->req.sampling, s->sampler};
     }
@@ -152,6 +206,29 @@ StepReport Scheduler::step() {
     // recompute after preemption) is prefill.
     bool decode = n == 1 && s->num_computed + 1 == int(s->tokens.size()) && s->num_computed >= s->prompt_len;
     if (!decode) rep.prefill_tokens += n;
+  };
+
+  // Drafts for a request that decodes (one token to compute, its prompt done): at most k, within
+  // the step's budget left after its token, its max_tokens and the context; only where the cache
+  // has their blocks with one block left for each later running request (drafts never preempt).
+  const SpeculativeOptions& so = opt_.speculative;
+  auto propose = [&](Seq* s, int n, int later) {
+    s->drafts.clear();
+    // Greedy requests only: how many drafts a request gets depends on the step (budget, free
+    // blocks), and with sampling the draws a verify row takes would then depend on the batch; a
+    // seeded request's tokens must not (H200 2026-12-04: the GPU soak's sampled cases differed).
+    if (so.method == SpeculativeMethod::None || n != 1 || s->num_computed + 1 != int(s->tokens.size()) ||
+        s->num_computed < s->prompt_len || s->req.sampling.temperature != 0)
+      return;
+    const int room = std::min({so.num_draft_tokens, budget - 1, s->req.max_tokens - s->generated() - 1,
+                               max_model_len_ - int(s->tokens.size()) - 1});
+    if (room <= 0) return;
+    s->drafts = ngram_drafts(s->tokens, so.ngram_min, so.ngram_max, room);
+    if (s->drafts.empty()) return;
+    // a block for each running request after this one stays free (their next token may need it)
+    const int64_t len = int64_t(s->num_computed) + 1 + int64_t(s->drafts.size());
+    if (blocks_.num_free() - blocks_.blocks_missing(s->blocks, len) < later || !blocks_.ensure(s->blocks, len))
+      s->drafts.clear();
   };
 
   // 1. Running requests, oldest first; preemption victims come from the back.
@@ -169,6 +246,7 @@ StepReport Scheduler::step() {
       }
     }
     if (self_preempted) break;  // s was the newest: nothing after it is left to schedule
+    propose(s, n, int(running_.size() - i) - 1);
     add_to_batch(s, n);
     ++i;
   }
@@ -181,6 +259,7 @@ StepReport Scheduler::step() {
     M3_CHECK(blocks_.ensure(s->blocks, total), "scheduler: admission of request {} could not allocate", s->id);
     waiting_.pop_front();
     running_.push_back(s);
+    s->drafts.clear();
     add_to_batch(s, std::min<int>(int(total), budget));
   }
 
@@ -222,6 +301,12 @@ StepReport Scheduler::step() {
         M3_CHECK(out.num_rows[k] >= 1 && size_t(out.first_row[k] + out.num_rows[k]) * size_t(vocab) <= out.logits.size(),
                  "scheduler: backend logits rows for sequence {} fall outside its output", k);
     }
+    for (size_t k = 0; k < members.size(); ++k)
+      if (!members[k]->drafts.empty())
+        M3_CHECK(out.num_rows[k] == int(batch.seqs[k].tokens.size()) &&
+                     size_t(out.first_row[k] + out.num_rows[k]) * size_t(vocab) <= out.logits.size(),
+                 "scheduler: backend returned {} logits rows for the verify row of sequence {} ({} tokens)",
+                 out.num_rows[k], k, batch.seqs[k].tokens.size());
   } catch (const std::exception& e) {
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rep.error = e.what();
@@ -235,6 +320,10 @@ StepReport Scheduler::step() {
   const ModelSpec& sp = spec();
   for (size_t k = 0; k < members.size(); ++k) {
     Seq* s = members[k];
+    if (!s->drafts.empty()) {
+      verified(s, out, int(k), rep);
+      continue;
+    }
     s->num_computed += int(batch.seqs[k].tokens.size());
     if (s->num_computed < int(s->tokens.size())) continue;  // a prefill chunk: no token yet
     int32_t tok = -1;

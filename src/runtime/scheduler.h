@@ -20,6 +20,7 @@
 #include "runtime/block_manager.h"
 #include "runtime/backend.h"
 #include "runtime/request.h"
+#include "runtime/speculative.h"
 
 namespace m3 {
 
@@ -32,6 +33,11 @@ struct SchedulerOptions {
   // returns no token for a request is sampled here from its logits. On by default (verified on an
   // H200, 2026-11-30: GpuSampling.*); off copies every logits row back and samples on the host.
   bool device_sampling = true;
+  // Speculative decoding (runtime/speculative.h): a decoding greedy request with drafts runs a
+  // verify row of its last token and the drafts (its logits come back; its tokens are chosen here).
+  // Sampled requests decode one token a step, so a seeded request's tokens never depend on the
+  // batch (the number of drafts would; `generate`, one request, speculates for them too).
+  SpeculativeOptions speculative{};
 };
 
 // What one step did (the engine turns it into metrics).
@@ -43,6 +49,9 @@ struct StepReport {
   int generated = 0;          // tokens sampled
   int preempted = 0;          // requests preempted while planning this step
   int finished = 0;           // requests that finished (any reason) in this step
+  int verify_rows = 0;        // requests that ran a verify row (speculative decoding)
+  int drafted = 0;            // draft tokens scored
+  int accepted = 0;           // of which kept
   std::string path;           // execution path that ran it (StepOutput::path)
   std::string fallback_reason;
   double seconds = 0;         // backend step wall time
@@ -75,6 +84,7 @@ class Scheduler {
  private:
   struct Seq;
   void preempt(Seq* s);
+  void verified(Seq* s, const StepOutput& out, int k, StepReport& rep);
   void finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens, std::string error,
               std::vector<TokenLogprob> logprobs = {});
   void remove_from_queues(Seq* s);

@@ -103,6 +103,13 @@ std::string render_metrics(const EngineStats& e, const ServerCounters& s, const 
   p.histogram("m3_step_batch_size", "Sequences per step.", e.batch_size);
   p.family("m3_preemptions_total", "counter", "Requests preempted (cache blocks freed, recomputed later).");
   p.sample("m3_preemptions_total", double(e.preemptions));
+  p.family("m3_spec_verify_rows_total", "counter", "Speculative decoding: request rows that verified drafts.");
+  p.sample("m3_spec_verify_rows_total", double(e.spec_verify_rows));
+  p.family("m3_spec_draft_tokens_total", "counter", "Speculative decoding: draft tokens scored.");
+  p.sample("m3_spec_draft_tokens_total", double(e.spec_draft_tokens));
+  p.family("m3_spec_accepted_tokens_total", "counter",
+           "Speculative decoding: draft tokens kept (acceptance length = 1 + accepted / verify rows).");
+  p.sample("m3_spec_accepted_tokens_total", double(e.spec_accepted_tokens));
   p.family("m3_step_errors_total", "counter", "Steps whose backend call failed (their requests got errors).");
   p.sample("m3_step_errors_total", double(e.step_errors));
   p.family("m3_requests_submitted_total", "counter", "Requests accepted by the engine.");

@@ -17,6 +17,7 @@
 #include "mono/mono.h"
 #include "mono/options.h"
 #include "native/forward_model.h"
+#include "runtime/generate.h"
 #include "test_cuda_backend_util.h"
 
 using namespace m3;
@@ -262,6 +263,51 @@ TEST(GpuMono, VerifyRowsEqualOneTokenSteps) {
     std::printf("  [verify rows %s] %zu rows of verify steps bitwise equal to one-token steps (native and mono)\n",
                 name, compared);
   }
+}
+
+// Speculative decoding end to end (runtime/generate.h with n-gram drafts): greedy tokens identical
+// to plain decoding, natively and with mono serving the verify steps; and native and mono give the
+// same tokens (their logits are the same bits).
+TEST(GpuMono, SpeculativeGreedyEqualsPlainDecoding) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const PreparedModel m = prepare_from_dir(test_data_dir() / "tiny-m3-a");
+  const int V = m.spec.vocab_size;
+  native::CudaBackendOptions o;
+  o.num_cache_blocks = 64;
+  auto nat = native::make_cuda_backend(m.pw, o);
+  auto mon = with_mono(m, o, env_options());
+  int verify = 0, kept = 0, mono_steps = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    GenerateRequest r;
+    if (trial % 2 == 0) {  // a repeated pattern: drafts from the prompt
+      std::vector<int32_t> pat(2 + rng() % 5);
+      for (auto& x : pat) x = int32_t(rng() % unsigned(V));
+      for (int k = 0; k < 8; ++k) r.prompt.insert(r.prompt.end(), pat.begin(), pat.end());
+    } else {
+      for (int k = 0, n = 5 + int(rng() % 200); k < n; ++k) r.prompt.push_back(int32_t(rng() % unsigned(V)));
+    }
+    r.max_tokens = 40;
+    const GenerateResult plain = generate(*nat, r);
+    for (int k = 1; k <= kMaxDraftTokens; ++k) {
+      GenerateRequest s = r;
+      s.speculative.method = SpeculativeMethod::Ngram;
+      s.speculative.num_draft_tokens = k;
+      const GenerateResult a = generate(*nat, s), b = generate(*mon, s);
+      EXPECT_EQ(a.ids, plain.ids) << "native, trial " << trial << ", k " << k;
+      EXPECT_EQ(b.ids, plain.ids) << "mono, trial " << trial << ", k " << k;
+      EXPECT_EQ(b.verify_steps, a.verify_steps);
+      verify += b.verify_steps;
+      kept += b.accepted;
+      mono_steps += b.paths.count("mono") ? b.paths.at("mono") : 0;
+      EXPECT_EQ(b.paths.count("native") ? b.paths.at("native") : 0, 1) << "only the prefill runs natively";
+    }
+  }
+  EXPECT_GT(verify, 0);
+  EXPECT_GT(kept, 0);
+  std::printf("  [speculative tiny-m3-a] %d verify steps, %d drafts kept, %d mono steps; tokens equal to plain "
+              "decoding\n", verify, kept, mono_steps);
 }
 
 TEST(GpuMono, WatchdogStopsAFaultAndNativeRerunsTheStep) {
