@@ -89,7 +89,8 @@ void Engine::cancel(uint64_t id, std::string why) {
 
 bool Engine::wait_idle(std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  return idle_cv_.wait_for(lk, timeout, [&] { return live_ == 0; });
+  // (and the step that finished the last one is counted in stats())
+  return idle_cv_.wait_for(lk, timeout, [&] { return live_ == 0 && !stepping_; });
 }
 
 void Engine::shutdown(std::chrono::milliseconds grace) {
@@ -115,6 +116,7 @@ void Engine::loop() {
     cancels.swap(cancels_);
     bool cancel_all = std::exchange(cancel_all_, false) || stop_;
     bool stop = stop_;
+    stepping_ = true;
     lk.unlock();
 
     for (auto& p : inbox) {
@@ -138,6 +140,8 @@ void Engine::loop() {
     has_work = sched_.has_work();
     publish_gauges();
     if (rep.ran) record(rep);
+    stepping_ = false;
+    idle_cv_.notify_all();
     if (stop && !has_work && inbox_.empty()) break;
   }
 }

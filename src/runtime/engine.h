@@ -43,7 +43,8 @@ class Engine {
   void shutdown(std::chrono::milliseconds grace);
   // True once shutdown() has begun.
   bool draining() const { return draining_.load(); }
-  // Blocks until no request is queued or running (or the timeout passes); true if idle.
+  // Blocks until no request is queued or running and the last step is counted in stats() (or the
+  // timeout passes); true if idle.
   bool wait_idle(std::chrono::milliseconds timeout);
 
   EngineStats stats() const;
@@ -74,6 +75,7 @@ class Engine {
   bool stop_ = false;        // engine thread exits when set
   bool cancel_all_ = false;  // cancel every live request at the next boundary
   int live_ = 0;             // submitted and not yet finished
+  bool stepping_ = false;    // the engine thread is inside a step whose report is not recorded yet
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};
   EngineStats stats_;
