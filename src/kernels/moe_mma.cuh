@@ -247,11 +247,13 @@ __device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* 
       wr, [&](int nt, int j, uint4& hi, uint4& lo) { act_group<FULL>(xr[nt], tok[nt], kc + 8 * j, K, hi, lo); }, chain);
 }
 
-// Blocks per load group: decode tiles (NT 1) hold two groups (one in flight while the other is
-// multiplied), prefill tiles (many warps, many registers for the token tiles) one block.
+// Blocks per load group of the wide (decode) walk, one token tile: two groups in registers (one in
+// flight while the other is multiplied) of two blocks at RT 1, one at RT 2. (Prefill runs the deep
+// walk, moe_mma_deep_work.)
 template <int RT, int NT>
 constexpr int blocks_in_flight() {
-  return NT > 1 ? 1 : RT == 1 ? 2 : 1;
+  static_assert(NT == 1, "the wide walk runs one token tile");
+  return RT == 1 ? 2 : 1;
 }
 
 // One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 of one slot (codes, scales) for the
@@ -292,23 +294,16 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
       else block_mma<RT, NT, false>(wr[u], xr, tok, kc, p.K, chain);
     }
   };
-  if constexpr (NT == 1) {
-    // decode: two groups in registers, the next group's loads in flight during this group's MMAs
-    WBlk wa[U][RT], wb[U][RT];
-    load_group(wa, blo);
-    for (int b = blo; b < bhi; b += 2 * U) {
-      if (b + U < bhi) load_group(wb, b + U);
-      mma_group(wa, b);
-      if (b + U >= bhi) break;
-      if (b + 2 * U < bhi) load_group(wa, b + 2 * U);
-      mma_group(wb, b + U);
-    }
-  } else {
-    for (int b = blo; b < bhi; b += U) {
-      WBlk wr[U][RT];
-      load_group(wr, b);
-      mma_group(wr, b);
-    }
+  // two groups in registers, the next group's loads in flight during this group's MMAs
+  static_assert(NT == 1, "the wide walk runs one token tile");
+  WBlk wa[U][RT], wb[U][RT];
+  load_group(wa, blo);
+  for (int b = blo; b < bhi; b += 2 * U) {
+    if (b + U < bhi) load_group(wb, b + U);
+    mma_group(wa, b);
+    if (b + U >= bhi) break;
+    if (b + 2 * U < bhi) load_group(wa, b + 2 * U);
+    mma_group(wb, b + U);
   }
 }
 
