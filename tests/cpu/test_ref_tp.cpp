@@ -159,10 +159,28 @@ void check_against_tp1(const ModelSpec& spec) {
     int row = -1;
     const double pre = worst_rel(o1, ot, &row);
     EXPECT_LE(pre, kBound) << "prefill row " << row;
-    // the same choices: blocks of every KV group (merged in group order), experts, cache entries
+    // the same choices: blocks of every KV group (merged in group order), experts, cache entries.
+    // The experts of a token as a set: their best-first order swaps where two router scores are
+    // within the rounding of the reordered sums (seen: {7, 11, 2, 6} at TP 1, {7, 2, 11, 6} at TP 4,
+    // the same four experts, whose weighted sum the logits bound covers); a set may differ only at
+    // such a near-tie on the k-th place: at most 1% of the rows (a missing all-reduce changes most).
     EXPECT_EQ(st.layers, s1.layers);
     EXPECT_EQ(st.blocks, s1.blocks);
-    EXPECT_EQ(st.experts, s1.experts);
+    ASSERT_EQ(st.experts.size(), s1.experts.size());
+    size_t expert_rows = 0, set_differs = 0, order_differs = 0;
+    for (size_t l = 0; l < s1.experts.size(); ++l) {
+      ASSERT_EQ(st.experts[l].size(), s1.experts[l].size()) << "moe layer " << l;
+      for (size_t r = 0; r < s1.experts[l].size(); ++r) {
+        std::vector<int32_t> a = s1.experts[l][r], b = st.experts[l][r];
+        ++expert_rows;
+        order_differs += a != b;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        set_differs += a != b;
+      }
+    }
+    EXPECT_LE(set_differs, std::max<size_t>(1, expert_rows / 100))
+        << set_differs << " of " << expert_rows << " token rows chose other experts";
     ASSERT_EQ(st.cache_k.size(), s1.cache_k.size());
     double cache_worst = 0;
     for (size_t l = 0; l < s1.cache_k.size(); ++l) {
@@ -197,8 +215,8 @@ void check_against_tp1(const ModelSpec& spec) {
     }
     EXPECT_LE(worst_step, kBound);
     std::printf("  tp %d vs tp 1: prefill %d rows worst max|d|/max|ref| %.3g, %d decode steps worst %.3g, "
-                "cache entries worst |d| %.3g\n",
-                tp, prompt, pre, compared, worst_step, cache_worst);
+                "cache entries worst |d| %.3g; expert rows %zu, order differs %zu, set differs %zu\n",
+                tp, prompt, pre, compared, worst_step, cache_worst, expert_rows, order_differs, set_differs);
   }
 }
 
