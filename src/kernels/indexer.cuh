@@ -28,7 +28,45 @@
 
 namespace m3::kernels {
 
-
+// One thread's share of a block's scores: for its keys k = tid, tid + nthreads, ... < n_keys (rows of
+// `keys`, row_bytes apart, in the cache format C), best[g] = max over them of scale * (q_g . key_k)
+// for each head g < IH (q: [IH][ID] fp32 in shared memory; the fma order over d fixed), -inf for
+// none. The single-token and the token-tiled items both score through it (the same bits).
+template <class C>
+__device__ __forceinline__ void keys_best(const float* q, const uint8_t* keys, int row_bytes, int n_keys, int tid,
+                                          int nthreads, int IH, int ID, float scale, float (&best)[kIndexerMaxHeads]) {
+  using S = typename C::Store;
+  constexpr int kChunk = 16 / C::kBytes;  // elements per 16-byte load
+#pragma unroll
+  for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = -INFINITY;
+  for (int k = tid; k < n_keys; k += nthreads) {
+    const S* key = reinterpret_cast<const S*>(keys + k * row_bytes);
+    float acc[kIndexerMaxHeads];
+#pragma unroll
+    for (int g = 0; g < kIndexerMaxHeads; ++g) acc[g] = 0.f;
+#pragma unroll 4
+    for (int d0 = 0; d0 < ID; d0 += kChunk) {
+      float kv[kChunk];
+      load_decode<C, kChunk>(key + d0, kv);
+#pragma unroll
+      for (int g = 0; g < kIndexerMaxHeads; ++g) {
+        if (g < IH) {
+          const float4* q4 = reinterpret_cast<const float4*>(q + g * ID + d0);
+#pragma unroll
+          for (int e = 0; e < kChunk / 4; ++e) {
+            float4 qv = q4[e];
+            acc[g] = fmaf(qv.x, kv[4 * e], acc[g]);
+            acc[g] = fmaf(qv.y, kv[4 * e + 1], acc[g]);
+            acc[g] = fmaf(qv.z, kv[4 * e + 2], acc[g]);
+            acc[g] = fmaf(qv.w, kv[4 * e + 3], acc[g]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = fmaxf(best[g], acc[g] * scale);
+  }
+}
 
 // A group of any multiple of 32 threads (at most 1024); smem (16-byte aligned):
 // indexer_scores_smem_bytes() bytes.
@@ -59,38 +97,8 @@ __device__ void indexer_block_scores_work(const IndexerParams& p, int64_t w, Gro
   cp_async_wait<0>();
   grp.sync();
 
-  using S = typename C::Store;
-  constexpr int kChunk = 16 / C::kBytes;  // elements per 16-byte load
   float best[kIndexerMaxHeads];
-#pragma unroll
-  for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = -INFINITY;
-  for (int k = tid; k < n_keys; k += nthreads) {
-    const S* key = reinterpret_cast<const S*>(keys + k * row_bytes);
-    float acc[kIndexerMaxHeads];
-#pragma unroll
-    for (int g = 0; g < kIndexerMaxHeads; ++g) acc[g] = 0.f;
-#pragma unroll 4
-    for (int d0 = 0; d0 < ID; d0 += kChunk) {
-      float kv[kChunk];
-      load_decode<C, kChunk>(key + d0, kv);
-#pragma unroll
-      for (int g = 0; g < kIndexerMaxHeads; ++g) {
-        if (g < IH) {
-          const float4* q4 = reinterpret_cast<const float4*>(q_s + g * ID + d0);
-#pragma unroll
-          for (int e = 0; e < kChunk / 4; ++e) {
-            float4 q = q4[e];
-            acc[g] = fmaf(q.x, kv[4 * e], acc[g]);
-            acc[g] = fmaf(q.y, kv[4 * e + 1], acc[g]);
-            acc[g] = fmaf(q.z, kv[4 * e + 2], acc[g]);
-            acc[g] = fmaf(q.w, kv[4 * e + 3], acc[g]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = fmaxf(best[g], acc[g] * p.ik_scale);
-  }
+  keys_best<C>(q_s, keys, row_bytes, n_keys, tid, nthreads, IH, ID, p.ik_scale, best);
   const int lane = tid % 32, warp = tid / 32, nwarps = nthreads / 32;
 #pragma unroll
   for (int g = 0; g < kIndexerMaxHeads; ++g) {
@@ -133,8 +141,6 @@ __device__ void indexer_block_scores_tiled_work(const IndexerParams& p, int64_t 
   for (int i = tid; i < tn * IH * ID / 4; i += nthreads)
     reinterpret_cast<float4*>(q_s)[i] = reinterpret_cast<const float4*>(p.iq + int64_t(t0) * IH * ID)[i];
   int loaded = -1;  // the physical block in `keys`
-  using S = typename C::Store;
-  constexpr int kChunk = 16 / C::kBytes;
   for (int j = 0; j < tn; ++j) {
     const int t = t0 + j;
     if (!visible(t)) continue;  // uniform
@@ -157,35 +163,7 @@ __device__ void indexer_block_scores_tiled_work(const IndexerParams& p, int64_t 
     const int n_keys = min(bs, p.positions[t] - b * bs + 1);
     const float* q = q_s + j * IH * ID;
     float best[kIndexerMaxHeads];
-#pragma unroll
-    for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = -INFINITY;
-    for (int k = tid; k < n_keys; k += nthreads) {
-      const S* key = reinterpret_cast<const S*>(keys + k * row_bytes);
-      float acc[kIndexerMaxHeads];
-#pragma unroll
-      for (int g = 0; g < kIndexerMaxHeads; ++g) acc[g] = 0.f;
-#pragma unroll 4
-      for (int d0 = 0; d0 < ID; d0 += kChunk) {
-        float kv[kChunk];
-        load_decode<C, kChunk>(key + d0, kv);
-#pragma unroll
-        for (int g = 0; g < kIndexerMaxHeads; ++g) {
-          if (g < IH) {
-            const float4* q4 = reinterpret_cast<const float4*>(q + g * ID + d0);
-#pragma unroll
-            for (int e = 0; e < kChunk / 4; ++e) {
-              float4 qv = q4[e];
-              acc[g] = fmaf(qv.x, kv[4 * e], acc[g]);
-              acc[g] = fmaf(qv.y, kv[4 * e + 1], acc[g]);
-              acc[g] = fmaf(qv.z, kv[4 * e + 2], acc[g]);
-              acc[g] = fmaf(qv.w, kv[4 * e + 3], acc[g]);
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < kIndexerMaxHeads; ++g) best[g] = fmaxf(best[g], acc[g] * p.ik_scale);
-    }
+    keys_best<C>(q, keys, row_bytes, n_keys, tid, nthreads, IH, ID, p.ik_scale, best);
 #pragma unroll
     for (int g = 0; g < kIndexerMaxHeads; ++g) {
       if (g < IH) {
