@@ -30,19 +30,34 @@ void validate_speculative(const SpeculativeOptions& o) {
   M3_CHECK(o.ngram_max <= 64, "speculative: ngram_max {} above 64", o.ngram_max);
 }
 
+// One pass from the end: for every earlier end position e (<= L - 2), m(e) = how many tokens
+// ending at e equal the sequence's last ones (at most ngram_max); the longest n >= ngram_min that
+// any e reaches wins, at its latest e (the first one the backward scan meets at that length), so
+// the result is the n-from-longest, latest-occurrence rule in O(L) (a 200K-token request: ~0.2 ms
+// a step instead of one scan per n).
 std::vector<int32_t> ngram_drafts(std::span<const int32_t> tokens, int ngram_min, int ngram_max, int max_drafts) {
   const int64_t L = int64_t(tokens.size());
-  if (max_drafts <= 0) return {};
-  for (int n = std::min<int64_t>(ngram_max, L - 1); n >= ngram_min; --n) {
-    const int32_t* suffix = tokens.data() + (L - n);
-    // latest start i < L - n whose n tokens equal the suffix
-    for (int64_t i = L - n - 1; i >= 0; --i) {
-      if (!std::equal(suffix, suffix + n, tokens.data() + i)) continue;
-      const int64_t from = i + n, to = std::min<int64_t>(from + max_drafts, L);
-      return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + to);
+  if (max_drafts <= 0 || L < 2) return {};
+  const int64_t cap = std::min<int64_t>(ngram_max, L - 1);
+  if (cap < ngram_min) return {};
+  const int32_t* t = tokens.data();
+  const int32_t last = t[L - 1];
+  int64_t best_n = 0, best_e = -1;
+  for (int64_t e = L - 2; e >= 0; --e) {
+    if (t[e] != last) continue;
+    const int64_t most = std::min<int64_t>(cap, e + 1);
+    if (most <= best_n) continue;  // cannot beat what a later end already matched
+    int64_t m = 1;
+    while (m < most && t[e - m] == t[L - 1 - m]) ++m;
+    if (m > best_n && m >= ngram_min) {
+      best_n = m;
+      best_e = e;
+      if (m == cap) break;  // the longest possible, at the latest end
     }
   }
-  return {};
+  if (best_e < 0) return {};
+  const int64_t from = best_e + 1, to = std::min<int64_t>(from + max_drafts, L);
+  return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + to);
 }
 
 std::vector<int32_t> accept_greedy(std::span<const int32_t> drafts, std::span<const int32_t> target) {

@@ -60,12 +60,26 @@ TEST(Speculative, NgramDraftsMatchBruteForce) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   for (int trial = 0; trial < 3000; ++trial) {
-    std::vector<int32_t> t(1 + rng() % 40);
+    std::vector<int32_t> t(1 + rng() % (trial % 10 == 0 ? 300 : 40));
     const unsigned alphabet = 2 + rng() % 6;  // small alphabets: many repeats
     for (auto& x : t) x = int32_t(rng() % alphabet);
     const int lo = 1 + int(rng() % 3), hi = lo + int(rng() % 4), k = 1 + int(rng() % 3);
     ASSERT_EQ(ngram_drafts(t, lo, hi, k), brute_drafts(t, lo, hi, k)) << "trial " << trial;
   }
+}
+
+// A long request (the search is one backward pass): a planted earlier occurrence of the last 4
+// tokens in 100K random ones is found, and the result equals the brute-force search's.
+TEST(Speculative, NgramDraftsOnALongSequence) {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> t(100000);
+  for (auto& x : t) x = int32_t(rng() % 50000u);
+  const std::vector<int32_t> tail{t[t.size() - 4], t[t.size() - 3], t[t.size() - 2], t[t.size() - 1]};
+  std::copy(tail.begin(), tail.end(), t.begin() + 1234);  // tokens 1238.. follow the planted copy
+  const auto d = ngram_drafts(t, 1, 4, 3);
+  EXPECT_EQ(d, brute_drafts(t, 1, 4, 3));
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d, (std::vector<int32_t>{t[1238], t[1239], t[1240]}));
 }
 
 TEST(Speculative, OptionsAreChecked) {
