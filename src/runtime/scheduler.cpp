@@ -131,6 +131,13 @@ void Scheduler::preempt(Seq* s) {
   waiting_.push_front(s);
 }
 
+// Whether `tok` ends the request: the model's eos (unless ignore_eos) or one of its stop ids.
+bool Scheduler::stops(const Seq& s, int32_t tok) const {
+  const ModelSpec& sp = spec();
+  return (!s.req.ignore_eos && sp.eos_id >= 0 && tok == sp.eos_id) ||
+         std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), tok) != s.req.stop_token_ids.end();
+}
+
 // A verify row's outcome: the kept drafts and the token that ends it, appended one by one under
 // the stop rules; the cache keeps the last token and the kept drafts (the rejected drafts' slots
 // are overwritten later; blocks past the sequence go back now).
@@ -142,7 +149,6 @@ void Scheduler::verified(Seq* s, const StepOutput& out, int k, StepReport& rep) 
   const VerifyResult v = verify_drafts(rows, V, drafts, s->req.sampling, s->sampler);
   rep.accepted += v.accepted;
   s->num_computed += 1 + v.accepted;  // the last token and the kept drafts
-  const ModelSpec& sp = spec();
   std::vector<int32_t> fresh;
   std::vector<TokenLogprob> lps;
   for (size_t i = 0; i < v.tokens.size(); ++i) {
@@ -151,10 +157,7 @@ void Scheduler::verified(Seq* s, const StepOutput& out, int k, StepReport& rep) 
     fresh.push_back(tok);
     rep.generated++;
     if (s->req.logprobs >= 0) lps.push_back(token_logprob(rows + i * size_t(V), V, tok, s->req.logprobs));
-    const bool is_stop = (!s->req.ignore_eos && sp.eos_id >= 0 && tok == sp.eos_id) ||
-                         std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), tok) !=
-                             s->req.stop_token_ids.end();
-    if (is_stop) {
+    if (stops(*s, tok)) {
       finish(s, FinishReason::Stop, tok, std::move(fresh), "", std::move(lps));
       rep.finished++;
       return;
@@ -317,7 +320,6 @@ StepReport Scheduler::step() {
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // 4. Sample and apply stop rules.
-  const ModelSpec& sp = spec();
   for (size_t k = 0; k < members.size(); ++k) {
     Seq* s = members[k];
     if (!s->drafts.empty()) {
@@ -338,10 +340,7 @@ StepReport Scheduler::step() {
     }
     s->tokens.push_back(tok);
     rep.generated++;
-    bool is_stop = (!s->req.ignore_eos && sp.eos_id >= 0 && tok == sp.eos_id) ||
-                   std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), tok) !=
-                       s->req.stop_token_ids.end();
-    if (is_stop) {
+    if (stops(*s, tok)) {
       finish(s, FinishReason::Stop, tok, {tok}, "", std::move(lps));
       rep.finished++;
     } else if (s->generated() >= s->req.max_tokens || int(s->tokens.size()) >= max_model_len_) {

@@ -85,6 +85,7 @@ class Scheduler {
   struct Seq;
   void preempt(Seq* s);
   void verified(Seq* s, const StepOutput& out, int k, StepReport& rep);
+  bool stops(const Seq& s, int32_t tok) const;
   void finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens, std::string error,
               std::vector<TokenLogprob> logprobs = {});
   void remove_from_queues(Seq* s);
