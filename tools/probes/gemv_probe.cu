@@ -331,6 +331,78 @@ __global__ void __launch_bounds__(512) even_kernel(Args a) {
   }
 }
 
+// fma mode (2026-12-05): the projection on the CUDA cores instead of the tensor cores. Warp w owns
+// rows w*R .. w*R + R - 1 over the whole K; lane l takes the 16-byte runs l, l + 32, ... of each
+// row (row-major), U runs a row in flight; every code is decoded exactly (e4m3x2 -> f16x2 -> f32)
+// and multiplied into one fp32 accumulator per (row, token) in a fixed order (runs ascending,
+// elements ascending), then the warp's 32 partials are added by a fixed butterfly and scaled. The
+// order depends on K only, never on M: token t's result is the same bits at every M.
+// x: [M][K] fp32; y: [M][N].
+__device__ __forceinline__ void fma_run(const uint4& w, const float* xk, float& acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float4 xv = __ldg(reinterpret_cast<const float4*>(xk) + q);
+    const uint32_t lo = e4m3x2_f16x2(ws[q]), hi = e4m3x2_f16x2(ws[q] >> 16);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+    acc = __fmaf_rn(a.x, xv.x, acc);
+    acc = __fmaf_rn(a.y, xv.y, acc);
+    acc = __fmaf_rn(b.x, xv.z, acc);
+    acc = __fmaf_rn(b.y, xv.w, acc);
+  }
+}
+template <int M, int R, int U>
+__global__ void __launch_bounds__(256) fma_kernel(Args a) {
+  const int lane = threadIdx.x & 31;
+  const int w = int(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int n0 = w * R;
+  if (n0 >= a.N) return;
+  const int runs = a.K / 16;  // 16-byte runs a row
+  float acc[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+  for (int j0 = lane; j0 < runs; j0 += 32 * U) {
+    uint4 wv[R][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int j = j0 + 32 * u;
+        wv[r][u] = j < runs ? wstream::ld_stream(a.w + int64_t(n0 + r) * a.K + 16 * j) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + 32 * u;
+      if (j >= runs) break;
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < R; ++r) fma_run(wv[r][u], a.x + int64_t(m) * a.K + 16 * j, acc[r][m]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+      acc[r][m] = v;
+    }
+  if (lane < R) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r == lane) {
+        const float sc = a.scale[n0 + r];
+#pragma unroll
+        for (int m = 0; m < M; ++m) a.y[int64_t(m) * a.N + n0 + r] = __fmul_rn(acc[r][m], sc);
+      }
+  }
+}
+
 __global__ void empty_kernel(float* y) {
   if (threadIdx.x == 9999) y[0] = 1.f;
 }
@@ -376,6 +448,7 @@ struct Timer {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
+  const bool fma_only = argc > 2 && std::strcmp(argv[2], "fma") == 0;  // the fma rows and their comparisons
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
@@ -392,7 +465,7 @@ int main(int argc, char** argv) {
       if ((v & 0x7f) == 0x7f) v ^= 1;  // no NaN codes
       b = v;
     }
-    std::vector<float> hx(s.K), hs(s.N);
+    std::vector<float> hx(4 * s.K), hs(s.N);  // 4 token rows (fma M = 4); token 0 is the reference's
     std::uniform_real_distribution<float> ux(-1.f, 1.f), us(0.001f, 0.01f);
     for (auto& v : hx) v = ux(rng);
     for (auto& v : hs) v = us(rng);
@@ -413,14 +486,14 @@ int main(int argc, char** argv) {
     float *x, *sc, *y, *part;
     unsigned* cnt;
     CK(cudaMalloc(&w, wbytes));
-    CK(cudaMalloc(&x, s.K * 4));
+    CK(cudaMalloc(&x, 4 * s.K * 4));
     CK(cudaMalloc(&sc, s.N * 4));
-    CK(cudaMalloc(&y, s.N * 4));
+    CK(cudaMalloc(&y, 4 * s.N * 4));
     const int tiles = s.N / 16;
     CK(cudaMalloc(&part, size_t(tiles) * 32 * 16 * 4));
     CK(cudaMalloc(&cnt, tiles * 4));
     CK(cudaMemcpy(w, hw.data(), wbytes, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(x, hx.data(), s.K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(x, hx.data(), 4 * s.K * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(sc, hs.data(), s.N * 4, cudaMemcpyHostToDevice));
     uint4* out;
     CK(cudaMalloc(&out, 16));
@@ -487,6 +560,38 @@ int main(int argc, char** argv) {
     const int P = native_p;
     using W = Walk;
     using G = Act;
+    auto run_fma = [&](auto kern, int M, int R, int U, int ctas_per_row_block) {
+      (void)ctas_per_row_block;
+      Args a{w, sc, x, y, part, cnt, s.N, s.K, 0, 0, 0};
+      CK(cudaMemset(y, 0xff, 4 * s.N * 4));
+      const int warps = (s.N + R - 1) / R, grid = (warps + 7) / 8;
+      const double t = tm.median_us([&] { kern<<<grid, 256>>>(a); }, reps);
+      CK(cudaGetLastError());
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "fma M=%d R=%d U=%d", M, R, U);
+      check(90, buf, t, false);  // every fma variant: the same bits for token 0
+    };
+    if (fma_only) {
+      run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, P, "TILED walk U=3 scale early (native)", true, false, 1);
+      run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, 16, "TILED walk U=3 scale early", true, false, 1);
+      run_fma(fma_kernel<1, 1, 4>, 1, 1, 4, 0);
+      run_fma(fma_kernel<1, 1, 8>, 1, 1, 8, 0);
+      run_fma(fma_kernel<1, 2, 4>, 1, 2, 4, 0);
+      run_fma(fma_kernel<1, 4, 2>, 1, 4, 2, 0);
+      run_fma(fma_kernel<1, 4, 4>, 1, 4, 4, 0);
+      run_fma(fma_kernel<2, 2, 4>, 2, 2, 4, 0);
+      run_fma(fma_kernel<4, 1, 4>, 4, 1, 4, 0);
+      run_fma(fma_kernel<4, 2, 4>, 4, 2, 4, 0);
+      run_fma(fma_kernel<4, 4, 2>, 4, 4, 2, 0);
+      CK(cudaFree(w));
+      CK(cudaFree(x));
+      CK(cudaFree(sc));
+      CK(cudaFree(y));
+      CK(cudaFree(part));
+      CK(cudaFree(cnt));
+      CK(cudaFree(out));
+      continue;
+    }
     run_tile(tile_kernel<W::Walk, G::Global, 3>, P, "walk U=3 (native)", false, false);
     run_tile(tile_kernel<W::Loads, G::Global, 3>, P, "loads only U=3", true, false);
     run_tile(tile_kernel<W::Loads, G::Global, 3, Cmp::Bf16, 4>, P, "loads only U=3 + epilogue", true, false);
