@@ -18,6 +18,7 @@
 #if M3_WITH_CUDA
 #include "mono/mono.h"
 #include "native/cuda_backend.h"
+#include "native/cuda_tp_backend.h"
 #include "native/prepared.h"
 #endif
 
@@ -30,6 +31,8 @@ void validate_backend_choice(const BackendChoice& c, const char* command) {
            "{}: --weights must be checkpoint or prepared, got '{}'", command, c.weights);
   M3_CHECK(c.threads >= 0, "{}: --threads must be >= 0, got {}", command, c.threads);
   M3_CHECK(c.tp >= 1 && c.tp <= 64, "{}: --tp must be in [1, 64], got {}", command, c.tp);
+  M3_CHECK(c.tp_comm == "auto" || c.tp_comm == "nccl" || c.tp_comm == "host",
+           "{}: --tp-comm must be auto, nccl or host, got '{}'", command, c.tp_comm);
   M3_CHECK(c.cache_dtype.empty() || c.cache_dtype == "fp32" || c.cache_dtype == "bf16" || c.cache_dtype == "fp8",
            "{}: --cache-dtype must be fp32, bf16 or fp8, got '{}'", command, c.cache_dtype);
   M3_CHECK(c.router_dtype == "float32" || c.router_dtype == "bfloat16",
@@ -78,22 +81,42 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
 #if M3_WITH_CUDA
   if (cuda) {
     M3_CHECK(native::cuda_device_available(), "{}: --device cuda: no CUDA device is visible", command);
-    M3_CHECK(c.tp == 1, "{}: --tp {} on the GPU needs the multi-rank NCCL engine, which this build does not have yet; "
-             "--device cpu runs the CPU reference with {} ranks", command, c.tp, c.tp);
+    M3_CHECK(c.tp == 1 || !mpi_launched(),
+             "{}: --tp {} on the GPU under mpirun is not built yet (one process runs every GPU rank as a thread: "
+             "start it without mpirun)", command, c.tp);
     if (c.weights != "checkpoint")
       std::fprintf(stderr, "note: --weights applies to the CPU reference; CUDA always runs the prepared weights\n");
     native::PrepareLoadOptions lo;
     lo.progress = false;
     PrepareOptions po;
     po.router_bf16 = c.router_dtype == "bfloat16";
-    std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, po, lo);
-    note_router(pw->layout(), po.router_bf16);
     native::CudaBackendOptions o;
     M3_CHECK(c.cache_dtype != "fp32", "{}: --cache-dtype fp32 is for the CPU reference; CUDA caches are fp8 or bf16",
              command);
     o.kv_dtype = o.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F8_E4M3);
     o.num_cache_blocks = std::max(c.cache_blocks, 1);
     if (c.max_seq_len > 0) o.max_model_len = std::min(c.max_seq_len, o.num_cache_blocks * spec.index_block);
+    if (c.tp > 1) {  // one rank backend per thread, each loading its own shard on its own device
+      native::CudaTpOptions to;
+      to.tp = c.tp;
+      to.comm = c.tp_comm;
+      to.backend = o;
+      std::string why;
+      const std::string engine = native::cuda_tp_comm_choice(to, &why);
+      std::fprintf(stderr, "note: tensor parallelism on the GPU: %d ranks, %s collectives%s%s\n", c.tp, engine.c_str(),
+                   why.empty() ? "" : ": ", why.c_str());
+      if (c.mono) std::fprintf(stderr, "note: --mono serves one rank of 1; at --tp %d every step runs natively\n", c.tp);
+      return native::make_cuda_tp_backend(
+          [&](int rank) {
+            PrepareOptions rpo = po;
+            rpo.tp_rank = rank;
+            rpo.tp_size = c.tp;
+            return std::shared_ptr<const native::PreparedWeights>(native::PreparedWeights::load(model_dir, rpo, lo));
+          },
+          to);
+    }
+    std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, po, lo);
+    note_router(pw->layout(), po.router_bf16);
     auto be = native::make_cuda_backend(std::move(pw), o);
     if (c.mono) {
       auto r = mono::create(be->model(), mono::MonoOptions{});

@@ -35,8 +35,13 @@ struct BackendChoice {
   // A static refusal is printed with its reasons and the backend runs native only.
   bool mono = false;
   // --tp N: tensor parallelism over N ranks (model/tp_shard.h). The CPU reference runs N ranks as
-  // threads of this process (RefOptions::tp); the GPU path has no multi-rank engine yet and refuses.
+  // threads of this process (RefOptions::tp), or one per process under mpirun; the GPU path runs N
+  // rank backends as threads of this process, rank r on GPU r mod the visible GPUs
+  // (native/cuda_tp_backend.h), with the collectives --tp-comm names.
   int tp = 1;
+  // --tp-comm auto|nccl|host: the GPU ranks' collectives (NCCL: one GPU per rank; host: through the
+  // host, any number of ranks per GPU, no CUDA graphs; auto: NCCL when every rank has its own GPU).
+  std::string tp_comm = "auto";
 };
 
 // Throws naming the flag when a value is not one of the choices.

@@ -4,6 +4,7 @@
 // exits 1 when any check fails.
 #include <cstdio>
 
+#include "cli/tp_args.h"
 #include "cli/backend_choice.h"
 #include "cli/command.h"
 #include "core/check.h"
@@ -19,6 +20,7 @@ namespace {
 struct ConformanceArgs {
   std::string model, golden, device = "cpu", weights = "checkpoint", cache_dtype, router_dtype = "float32";
   int threads = 0, tp = 1;
+  std::string tp_comm = "auto";
   double tol = 1e-3;
 };
 
@@ -33,6 +35,7 @@ int run_conformance_cmd(const ConformanceArgs& a) {
   BackendChoice c{a.device, a.weights, a.threads, most / spec.index_block + 2, 0, a.cache_dtype};
   c.router_dtype = a.router_dtype;
   c.tp = a.tp;
+  c.tp_comm = a.tp_comm;
   auto b = make_chosen_backend(c, a.model, spec, "conformance");
   std::printf("conformance of %s (%s) against %s: %zu prompts\n", a.model.c_str(), b->name().c_str(),
               golden.string().c_str(), prompts.size());
@@ -53,7 +56,7 @@ RunFn setup_conformance(CLI::App& app) {
   app.add_option("--model", a->model, "checkpoint directory (config.json + safetensors)")->required();
   app.add_option("--golden", a->golden, "golden file (default: DIR/golden.safetensors)");
   app.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
-  app.add_option("--tp", a->tp, "tensor-parallel ranks (CPU reference: ranks as threads of this process, each with its shard; the GPU path runs one rank)")->capture_default_str();
+  add_tp_options(app, a->tp, a->tp_comm);
   app.add_option("--tol", a->tol, "logits bound: max|d| <= tol * max|ref| per row")->capture_default_str();
   app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
   app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's store, dequantized)")

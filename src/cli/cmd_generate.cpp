@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 
+#include "cli/tp_args.h"
 #include "cli/backend_choice.h"
 #include "cli/command.h"
 #include "cli/int_list.h"
@@ -33,6 +34,7 @@ struct GenerateArgs {
   bool device_sampling = true;
   bool mono = false;
   int tp = 1;
+  std::string tp_comm = "auto";
   SpeculativeArgs spec;
 };
 
@@ -43,6 +45,7 @@ std::unique_ptr<Backend> make_backend(const GenerateArgs& a, const ModelSpec& sp
   c.router_dtype = a.router_dtype;
   c.mono = a.mono;
   c.tp = a.tp;
+  c.tp_comm = a.tp_comm;
   return make_chosen_backend(c, a.model, spec, "generate");
 }
 
@@ -59,6 +62,7 @@ int run_generate(const GenerateArgs& a) {
   BackendChoice check{a.device, a.weights, a.threads};
   check.router_dtype = a.router_dtype;
   check.tp = a.tp;
+  check.tp_comm = a.tp_comm;
   validate_backend_choice(check, "generate");
   for (size_t i = 0; i < prompt.size(); ++i)
     M3_CHECK(prompt[i] < spec.vocab_size, "generate: --prompt-ids entry {} ({}) is outside the vocabulary [0, {})", i,
@@ -116,7 +120,7 @@ RunFn setup_generate(CLI::App& app) {
   app.add_option("--top-p", a->top_p, "nucleus mass (1 = off)")->capture_default_str();
   app.add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
-  app.add_option("--tp", a->tp, "tensor-parallel ranks (CPU reference: ranks as threads of this process, each with its shard; the GPU path runs one rank)")->capture_default_str();
+  add_tp_options(app, a->tp, a->tp_comm);
   app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
   app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's FP8/MXFP4 store, dequantized)")
       ->capture_default_str();

@@ -11,6 +11,7 @@ namespace m3::native {
 
 namespace {
 constexpr size_t kMaxAttnWorkspace = size_t(512) << 20;  // bytes for the multi-block mode
+constexpr int64_t kTpChunkFloats = int64_t(1) << 22;      // 16 MB a rank per all-gather of a rank reduce
 int64_t round4(int64_t v) { return (v + 3) / 4 * 4; }
 }  // namespace
 
@@ -63,6 +64,12 @@ Activations::Activations(const ForwardModel& m, int max_tokens_, int logits_rows
       if (need <= kMaxAttnWorkspace) aws = std::max(aws, need);
     }
   attn_ws = DevBuf(std::max<size_t>(aws, 16));
+  if (DeviceComm* c = m.comm()) {
+    const int64_t vr = m.weights().lm_head().rows;
+    tp_chunk = std::min<int64_t>(T * H, kTpChunkFloats);
+    tp_gather = DevBuf(size_t(c->size()) * size_t(std::max<int64_t>(tp_chunk, int64_t(logits_rows) * vr)) * 4);
+    logits_local = DevBuf(size_t(logits_rows) * size_t(vr) * 4);
+  }
 }
 
 }  // namespace m3::native

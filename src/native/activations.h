@@ -28,6 +28,10 @@ struct Activations {
   DevBuf moe_ws;        // the MoE workspace of T rows (native/moe.h)
   DevBuf idx_ws, sel;   // indexer block scores; selected blocks [T][kv_heads][topk]
   DevBuf attn_ws;       // attention chunk states (the multi-block mode)
+  // tensor parallelism (m.comm(): native/collective.h)
+  int64_t tp_chunk = 0;   // floats a rank per all-gather of the rank reduce
+  DevBuf tp_gather;       // [ranks][max(tp_chunk, logits_rows * vocab_rows)] the gathered partials / logits
+  DevBuf logits_local;    // [logits_rows][vocab_rows] this rank's lm_head columns
 };
 
 }  // namespace m3::native

@@ -12,7 +12,10 @@
 #include <map>
 #include <string>
 
+#include "model/tp_shard.h"
+#include "native/collective.h"
 #include "native/cuda_check.h"
+#include "native/device_comm.h"
 #include "native/forward.h"
 #include "native/gather_rows.h"
 #include "native/graph_cache.h"
@@ -89,12 +92,18 @@ DeviceKvCache* cache_for(const ModelSpec& spec, const CudaBackendOptions& o, Dev
   return borrowed;
 }
 
-const ModelSpec& spec_of(const std::shared_ptr<const PreparedWeights>& w) {
+const ModelSpec& spec_of(const std::shared_ptr<const PreparedWeights>& w, const DeviceComm* comm) {
   M3_CHECK(w != nullptr, "cuda backend: no prepared weights");
   const PreparedLayout& L = w->layout();
-  M3_CHECK(L.opt.tp_size == 1, "cuda backend: prepared weights are rank {} of {}; this backend runs one rank of 1",
-           L.opt.tp_rank, L.opt.tp_size);
+  const int size = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  M3_CHECK(L.opt.tp_size == size && L.opt.tp_rank == rank,
+           "cuda backend: prepared weights are rank {} of {}; this backend runs rank {} of {}{}", L.opt.tp_rank,
+           L.opt.tp_size, rank, size, comm ? "" : " (tensor parallelism needs CudaBackendOptions::comm)");
   return w->spec();
+}
+// The shapes one rank computes with (the cache's heads).
+ModelSpec rank_spec_of(const ModelSpec& spec, const DeviceComm* comm) {
+  return comm && comm->size() > 1 ? tp_rank_spec(spec, comm->size()) : spec;
 }
 
 int select_device(int device) {
@@ -107,17 +116,19 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendImpl(std::shared_ptr<const PreparedWeights> w, const CudaBackendOptions& opt,
                   DeviceKvCache* borrowed_cache = nullptr)
       : device_(select_device(opt.device)),
-        spec_(spec_of(w)),
-        opt_(checked(opt, spec_, borrowed_cache)),
-        cache_(cache_for(spec_, opt_, borrowed_cache, own_cache_)),
+        spec_(spec_of(w, opt.comm.get())),
+        rank_spec_(rank_spec_of(spec_, opt.comm.get())),
+        opt_(checked(opt, rank_spec_, borrowed_cache)),
+        cache_(cache_for(rank_spec_, opt_, borrowed_cache, own_cache_)),
         fw_(std::move(w), *cache_,
-            ForwardOptions{opt_.max_tokens, opt_.max_model_len, opt_.max_tokens, opt_.logits_rows, {opt_.pdl}}),
+            ForwardOptions{opt_.max_tokens, opt_.max_model_len, opt_.max_tokens, opt_.logits_rows, {opt_.pdl},
+                           opt_.comm.get()}),
         written_(cache_->shape().num_slots()),
         samples_(spec_.vocab_size) {
     M3_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (int l = 0; l < spec_.num_layers; ++l)
       cache_->set_scales(l, opt_.k_scale, opt_.v_scale, spec_.sparse(l) ? opt_.ik_scale : 1.0f);
-    if (!opt_.cuda_graphs) graphs_.disable();
+    if (!opt_.cuda_graphs || (opt_.comm && !opt_.comm->capturable())) graphs_.disable();
   }
 
   ~CudaBackendImpl() override {
@@ -129,7 +140,11 @@ class CudaBackendImpl final : public CudaBackend {
     }
   }
 
-  std::string name() const override { return "cuda-native"; }
+  std::string name() const override {
+    return opt_.comm ? fmt::format("cuda-native tp{} rank {} ({})", opt_.comm->size(), opt_.comm->rank(),
+                                   opt_.comm->name())
+                     : std::string("cuda-native");
+  }
   const ModelSpec& spec() const override { return spec_; }
   int cache_block_size() const override { return spec_.index_block; }
   int num_cache_blocks() const override { return opt_.num_cache_blocks; }
@@ -241,8 +256,15 @@ class CudaBackendImpl final : public CudaBackend {
     const int V = spec_.vocab_size;
     for (int r0 = 0; r0 < R; r0 += act.logits_rows) {
       const int r = std::min(act.logits_rows, R - r0);
-      linear_dense(lm, ActIn{src + size_t(r0) * spec_.hidden, DType::F32, spec_.hidden}, r, act.logits.get<float>(), V,
-                   stream_);
+      const ActIn in{src + size_t(r0) * spec_.hidden, DType::F32, spec_.hidden};
+      if (DeviceComm* c = opt_.comm.get()) {  // this rank's vocabulary columns, then every rank's
+        linear_dense(lm, in, r, act.logits_local.get<float>(), lm.rows, stream_);
+        launch(make_vocab_gather_params(c, act.logits_local.get<float>(), r, lm.rows, act.tp_gather.get<float>(),
+                                        act.logits.get<float>(), V),
+               stream_);
+      } else {
+        linear_dense(lm, in, r, act.logits.get<float>(), V, stream_);
+      }
       samples_.launch_rows(act.logits.get<float>(), g0 + r0, r, stream_);
       if (host)
         M3_CUDA_CHECK(cudaMemcpyAsync(host + size_t(r0) * V, act.logits.get(), size_t(r) * V * 4,
@@ -355,7 +377,8 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   int device_ = -1;
-  ModelSpec spec_;
+  ModelSpec spec_;       // the model's
+  ModelSpec rank_spec_;  // this rank's shapes (the model's at one rank)
   CudaBackendOptions opt_;
   std::unique_ptr<DeviceKvCache> own_cache_;  // null when the cache is borrowed
   DeviceKvCache* cache_ = nullptr;

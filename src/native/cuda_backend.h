@@ -48,6 +48,7 @@ class PreparedWeights;
 class DeviceKvCache;
 class LayerRangeRunner;
 class ForwardModel;
+class DeviceComm;
 
 struct CudaBackendOptions {
   int num_cache_blocks = 256;  // blocks of spec.index_block tokens
@@ -61,6 +62,9 @@ struct CudaBackendOptions {
   int logits_rows = 256;       // lm_head rows per pass (more output rows run in passes)
   int device = -1;             // CUDA device (-1: the current one)
   bool pdl = false;            // programmatic dependent launch for every op (native/launch.h; M3_PDL=1 too)
+  // Tensor parallelism: this rank's collectives (native/device_comm.h); the weights are then the
+  // arena of rank comm->rank() of comm->size(). A comm that cannot be captured turns graphs off.
+  std::shared_ptr<DeviceComm> comm;
 };
 
 struct CudaBackendStats {
@@ -95,7 +99,7 @@ class CudaBackend : public Backend {
 };
 
 // The weights are shared (tests dequantize them for the CPU reference). Checks that the arena is
-// a single-rank layout (tp_size 1) of a model the kernels support.
+// the shard of opt.comm's rank (a single-rank layout without a comm) of a model the kernels support.
 std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const PreparedWeights> weights,
                                                const CudaBackendOptions& opt = {});
 // The same over a cache pool the caller owns and keeps alive (its shape must be the spec's cache

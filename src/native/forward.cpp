@@ -7,7 +7,7 @@ namespace m3::native {
 
 Forward::Forward(std::shared_ptr<const PreparedWeights> weights, DeviceKvCache& cache, const ForwardOptions& opt)
     : opt_(opt),
-      model_(std::move(weights), cache, opt.max_model_len),
+      model_(std::move(weights), cache, opt.max_model_len, opt.comm),
       act_(model_, opt.max_tokens, opt.logits_rows),
       meta_(opt.max_tokens, opt.max_seqs > 0 ? opt.max_seqs : opt.max_tokens,
             (opt.max_model_len + model_.spec().index_block - 1) / model_.spec().index_block),

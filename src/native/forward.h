@@ -34,6 +34,7 @@ struct ForwardOptions {
   int max_seqs = 0;        // sequences of one pass (metadata tables; 0: max_tokens)
   int logits_rows = 256;   // lm_head rows per launch (and the logits buffer)
   LaunchOptions launch;    // programmatic dependent launch, ...
+  DeviceComm* comm = nullptr;  // tensor parallelism: this rank's collectives (ForwardModel)
 };
 
 class Forward {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "native/dev_buf.h"
+#include "native/device_comm.h"
 #include "native/kv_cache.h"
 #include "native/prepared.h"
 #include "native/qk_norm_rope.h"
@@ -31,11 +32,17 @@ struct LayerRange {
 
 class ForwardModel {
  public:
-  ForwardModel(std::shared_ptr<const PreparedWeights> weights, DeviceKvCache& cache, int max_model_len);
+  // comm: this rank's collectives when the plans run tensor-parallel (the weights are then the
+  // arena of rank comm->rank() of comm->size(); a comm of one rank runs the collectives too, as
+  // copies); null for the single-rank forward.
+  ForwardModel(std::shared_ptr<const PreparedWeights> weights, DeviceKvCache& cache, int max_model_len,
+               DeviceComm* comm = nullptr);
   ForwardModel(const ForwardModel&) = delete;
   ForwardModel& operator=(const ForwardModel&) = delete;
 
+  // The shapes this rank computes with (model/tp_shard.h tp_rank_spec; the model's at one rank).
   const ModelSpec& spec() const { return spec_; }
+  DeviceComm* comm() const { return comm_; }
   const PreparedWeights& weights() const { return *w_; }
   const std::shared_ptr<const PreparedWeights>& weights_ptr() const { return w_; }
   DeviceKvCache& cache() const { return *cache_; }
@@ -52,6 +59,7 @@ class ForwardModel {
  private:
   std::shared_ptr<const PreparedWeights> w_;
   ModelSpec spec_;
+  DeviceComm* comm_ = nullptr;
   DeviceKvCache* cache_;
   std::vector<LayerViews> layers_;
   DeviceRope rope_;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "native/attention.h"
+#include "native/collective.h"
 #include "native/embed.h"
 #include "native/indexer.h"
 #include "native/linear.h"
@@ -146,8 +147,18 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
   // computes inv); the consumers apply inv (qkv and the router to their outputs, the MoE split to
   // the z it splits for the experts). The same bits either way, so a row's bits do not depend on
   // its batch.
+  // Tensor parallelism (m.comm()): the O projection's and the MLP's outputs are this rank's partial
+  // sums; a rank reduce (native/collective.h) makes them the ranks' sum before the residual add, so
+  // nothing that adds the residual may be fused into those ops (the norms run as their own ops).
+  DeviceComm* comm = m.comm();
+  auto rank_reduce = [&](int l, const char* stage) {
+    if (comm)
+      ops.push_back(OpCall{OpKind::RankReduce, stage, "rank_reduce", l,
+                           make_rank_reduce_params(comm, act.f.get<float>(), int64_t(T) * H, act.tp_gather.get<float>(),
+                                                   act.tp_chunk)});
+  };
   const bool halves = H % kernels::kNormChunk == 0;
-  const bool fuse = halves && fused_norms_enabled() && T <= kernels::kFusedNormMaxRows;
+  const bool fuse = halves && fused_norms_enabled() && T <= kernels::kFusedNormMaxRows && !comm;
   const kernels::NormIn nin_ss{act.ss.get<float>(), nullptr, H, T, s.rms_eps};
   const kernels::NormIn nin_inv{nullptr, act.inv.get<float>(), H, T, s.rms_eps};
   auto norm_out = [&](const uint16_t* w) {
@@ -227,6 +238,7 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
       if (post_fused) op.nout = norm_out(Lw.norms.post);
       else if (halves) M3_CHECK(set_norm_in(moe, act.a.get<float>(), nin_inv), "layer plan: layer {}: no inv", l);
       ops.push_back(o_proj);
+      rank_reduce(l, "o");
       if (!post_fused) ops.push_back(post_norm(halves));
       // the next layer's input norm: done by this combine (its only consumer, the qkv projection,
       // is a wide decode tile at these sizes)
@@ -237,8 +249,10 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
         in_fused = true;
       }
       ops.insert(ops.end(), moe.begin(), moe.end());
+      rank_reduce(l, "moe");
     } else {
       ops.push_back(o_proj);
+      rank_reduce(l, "o");
       ops.push_back(post_norm(false));
       const int I = Lw.gate_up.rows / 2;
       M3_CHECK(Lw.gate_up.rows % 2 == 0 && Lw.down.cols == I && Lw.down.rows == Lw.gate_up.cols,
@@ -248,6 +262,7 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
                                  s.swiglu_limit, "dense_mlp", "gate_up", l));
       ops.push_back(dense_linear(Lw.down, act.h.get(), act.ld_h, T, act.f.get<float>(), H, false, 0, 0, "dense_mlp",
                                  "down", l));
+      rank_reduce(l, "dense_mlp");
     }
   }
   plan.layer_begin.push_back(int(ops.size()));
@@ -255,8 +270,18 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
       residual_norm_params(m, act, m.weights().final_norm(), T, /*add_f=*/true, /*prep=*/false));
   if (shape.lm_head) {
     M3_CHECK(T <= act.logits_rows, "layer plan: lm_head over {} rows, the logits buffer holds {}", T, act.logits_rows);
-    ops.push_back(dense_linear(m.weights().lm_head(), act.a.get(), H, T, act.logits.get<float>(), s.vocab_size, false,
-                               0, 0, "lm_head", "lm_head", -1));
+    if (!comm) {
+      ops.push_back(dense_linear(m.weights().lm_head(), act.a.get(), H, T, act.logits.get<float>(), s.vocab_size,
+                                 false, 0, 0, "lm_head", "lm_head", -1));
+    } else {  // this rank's vocabulary columns, then every rank's
+      const DenseWeight lm = m.weights().lm_head();
+      ops.push_back(dense_linear(lm, act.a.get(), H, T, act.logits_local.get<float>(), lm.rows, false, 0, 0, "lm_head",
+                                 "lm_head", -1));
+      ops.push_back(OpCall{OpKind::VocabGather, "lm_head", "vocab_gather", -1,
+                           make_vocab_gather_params(comm, act.logits_local.get<float>(), T, lm.rows,
+                                                    act.tp_gather.get<float>(), act.logits.get<float>(),
+                                                    s.vocab_size)});
+    }
   }
   return plan;
 }

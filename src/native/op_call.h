@@ -18,6 +18,7 @@
 #include "kernels/rmsnorm_params.h"
 #include "kernels/router_params.h"
 #include "kernels/work.h"
+#include "native/collective.h"
 #include "native/launch.h"
 
 namespace m3::native {
@@ -40,6 +41,8 @@ enum class OpKind : uint8_t {
   MoeGemv,
   MoeCombine,
   GatherRows,
+  RankReduce,   // tensor parallelism (native/collective.h): host-side collective + the rank sum
+  VocabGather,
 };
 const char* op_kind_name(OpKind k);
 
@@ -48,7 +51,7 @@ using OpParams =
                  kernels::QkNormRopeCacheParams, kernels::IndexerParams, kernels::AttentionParams,
                  kernels::RouterSelectParams, kernels::MoeGroupParams, kernels::MoeRouteParams,
                  kernels::MoeSplitParams, kernels::MoeMmaParams, kernels::MoeGemvParams, kernels::MoeCombineParams,
-                 kernels::GatherRowsParams>;
+                 kernels::GatherRowsParams, RankReduceParams, VocabGatherParams>;
 
 struct OpCall {
   OpKind kind = OpKind::Embed;
@@ -66,7 +69,8 @@ const P& op_params(const OpCall& op);
 template <class F>
 decltype(auto) with_op_params(const OpCall& op, F&& f);
 
-// The op's WorkShape (kernels/<op>_params.h). Throws if kind and params disagree.
+// The op's WorkShape (kernels/<op>_params.h). Throws if kind and params disagree. The collectives
+// (RankReduce, VocabGather) have none of their own: {0 items}.
 kernels::WorkShape op_shape(const OpCall& op);
 // Launches the op through the launch helper (native/launch.h).
 void launch(const OpCall& op, cudaStream_t stream, const LaunchOptions& opt = {});
@@ -101,6 +105,8 @@ decltype(auto) with_op_params(const OpCall& op, F&& f) {
     case OpKind::MoeGemv: return f(op_params<kernels::MoeGemvParams>(op));
     case OpKind::MoeCombine: return f(op_params<kernels::MoeCombineParams>(op));
     case OpKind::GatherRows: return f(op_params<kernels::GatherRowsParams>(op));
+    case OpKind::RankReduce: return f(op_params<RankReduceParams>(op));
+    case OpKind::VocabGather: return f(op_params<VocabGatherParams>(op));
   }
   op_params_mismatch(op);
 }

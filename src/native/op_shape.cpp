@@ -24,6 +24,8 @@ const char* op_kind_name(OpKind k) {
     case OpKind::MoeGemv: return "moe_gemv";
     case OpKind::MoeCombine: return "moe_combine";
     case OpKind::GatherRows: return "gather_rows";
+    case OpKind::RankReduce: return "rank_reduce";
+    case OpKind::VocabGather: return "vocab_gather";
   }
   return "?";
 }
@@ -57,6 +59,8 @@ kernels::WorkShape op_shape(const OpCall& op) {
     else if constexpr (std::is_same_v<P, MoeGemvParams>) return moe_gemv_shape(p);
     else if constexpr (std::is_same_v<P, MoeCombineParams>) return moe_combine_shape(p);
     else if constexpr (std::is_same_v<P, GatherRowsParams>) return gather_rows_shape(p);
+    else if constexpr (std::is_same_v<P, native::RankReduceParams> || std::is_same_v<P, native::VocabGatherParams>)
+      return WorkShape{};
     else M3_FAIL("op_shape: no shape for this op");
   });
 }

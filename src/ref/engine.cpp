@@ -340,4 +340,14 @@ std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, const WeightSource&
   return std::make_unique<RefBackendImpl>(spec, tp_rank_weights(spec, src, 0, 1), opt);
 }
 
+std::unique_ptr<RefBackend> make_ref_backend_from_ranks(ModelSpec spec,
+                                                       const std::function<ModelWeights(int rank)>& rank_weights,
+                                                       RefOptions opt) {
+  check_options(opt);
+  M3_CHECK(rank_weights != nullptr, "reference backend: no rank weights");
+  if (opt.tp > 1 || opt.comm) return make_sharded(std::move(spec), rank_weights, opt);
+  ModelWeights w = rank_weights(0);
+  return std::make_unique<RefBackendImpl>(std::move(spec), std::move(w), opt);
+}
+
 }  // namespace m3::ref

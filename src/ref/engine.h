@@ -6,6 +6,7 @@
 //   - step_following: take another backend's discrete choices of the same step where they are
 //     near-ties in its own scores (ref/follow.h).
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "model/weights.h"
@@ -52,5 +53,11 @@ std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, ModelWeights weight
 // rank (tp > 1) reads only its slices (model/tp_shard.h), so a rank of an MPI job never holds the
 // whole model. `src` is only read during the call.
 std::unique_ptr<RefBackend> make_ref_backend(ModelSpec spec, const WeightSource& src, RefOptions opt = {});
+// The same from each rank's own weights (rank r's shapes: model/tp_shard.h), e.g. every rank's
+// prepared arena dequantized (a rank's quantization of a split matrix is its own, so these are not
+// slices of one full model); opt.tp ranks as threads (or this process's rank of opt.comm).
+std::unique_ptr<RefBackend> make_ref_backend_from_ranks(ModelSpec spec,
+                                                       const std::function<ModelWeights(int rank)>& rank_weights,
+                                                       RefOptions opt);
 
 }  // namespace m3::ref

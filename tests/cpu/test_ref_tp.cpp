@@ -331,3 +331,28 @@ TEST(RefTp, RanksReadOnlyTheirSlicesFromACheckpoint) {
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
+
+TEST(RefTp, RanksFromTheirOwnWeightsEqualSlicedRanks) {
+  // make_ref_backend_from_ranks (each rank's own weights: the GPU tests hand it every rank's
+  // dequantized arena) given the slices of one model gives bitwise make_ref_backend's logits; a
+  // rank given weights of the wrong shape is refused naming the tensor
+  const ModelSpec spec = tp4_spec();
+  SyntheticOptions so;
+  so.seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(so.seed));
+  const ModelWeights w = synthetic_weights(spec, so);
+  std::vector<int32_t> toks{2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5};
+  for (int tp : {1, 2, 4}) {
+    ref::RefOptions o{4, 2};
+    o.tp = tp;
+    auto sliced = ref::make_ref_backend(spec, w, o);
+    auto own = ref::make_ref_backend_from_ranks(spec, [&](int r) { return tp_rank_weights(spec, w, r, tp); }, o);
+    const StepOutput a = sliced->step(one_seq(toks, 0, 4, true), nullptr);
+    const StepOutput b = own->step(one_seq(toks, 0, 4, true), nullptr);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4), 0) << "tp " << tp;
+  }
+  ref::RefOptions o{4, 2};
+  o.tp = 2;
+  EXPECT_THROW(ref::make_ref_backend_from_ranks(spec, [&](int) { return w; }, o), Error);  // full shapes on a rank
+}

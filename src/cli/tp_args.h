@@ -1,0 +1,13 @@
+// The tensor-parallel flags of generate, serve and conformance (cli/backend_choice.h: --tp, --tp-comm).
+#pragma once
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace m3::cli {
+
+void add_tp_options(CLI::App& app, int& tp, std::string& tp_comm);
+
+}  // namespace m3::cli
