@@ -10,15 +10,27 @@ Offline generation, mirroring vLLM's offline API::
 
 Prompts are lists of token ids, or strings when the checkpoint has a tokenizer.json. Errors from
 the engine arrive as m3mono.Error (a ValueError) with the engine's message.
+
+The library level (a host framework that loaded the weights itself lends them; issue 16, first
+part)::
+
+    lay = m3mono.Layout("/tmp/tiny", tp_rank=0, tp_size=1)   # the prepared arena's tensors by name
+    lay.layer_tensors(3)            # [{"name": "qkv.codes", "dtype": "F8_E4M3", "storage": "uint8", "shape": (...)}, ...]
+    arrays = m3mono.prepared_arrays(lay)["layers"][3]       # or the framework's own buffers (DLPack)
+    spec = m3mono.LayerSpec(lay, 3, arrays)                 # checked and borrowed, never copied
+
+A tensor of another element type, shape, strides, alignment or device is refused (m3mono.Error
+naming the layer and the tensor) instead of converted; the spec keeps its arrays alive.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
-from ._m3mono import Engine, Error, info, make_tiny
+from ._m3mono import Engine, Error, LayerSpec, Layout, info, make_tiny, prepared_arrays
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "Error", "make_tiny", "info"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "Error", "make_tiny", "info", "Layout", "LayerSpec",
+           "prepared_arrays"]
 
 
 @dataclass

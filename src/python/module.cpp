@@ -3,9 +3,13 @@
 // tokenizer when the checkpoint has one, and make_tiny / info. m3::Error arrives in Python as
 // m3mono.Error (a ValueError) with the same message.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,6 +20,11 @@
 
 #include "cli/backend_choice.h"
 #include "core/check.h"
+#include "core/parallel.h"
+#include "model/prepare.h"
+#include "model/prepared_tensors.h"
+#include "model/safetensors.h"
+#include "model/weight_table.h"
 #include "model/spec.h"
 #include "model/synthetic.h"
 #include "runtime/generate.h"
@@ -97,6 +106,156 @@ std::map<std::string, int64_t> info(const std::string& model_dir) {
           {"max_position_embeddings", s.max_positions}};
 }
 
+// ---- the library level (issue 16): the prepared layout as named tensors, and borrowing them ----
+
+// The prepared arena's layout of one rank of a checkpoint (no weights read).
+class Layout {
+ public:
+  Layout(const std::string& model_dir, int tp_rank, int tp_size, const std::string& router_dtype) {
+    M3_CHECK(router_dtype == "float32" || router_dtype == "bfloat16",
+             "Layout: router_dtype must be float32 or bfloat16, got '{}'", router_dtype);
+    M3_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "Layout: rank {} of {}", tp_rank, tp_size);
+    PrepareOptions po;
+    po.tp_rank = tp_rank;
+    po.tp_size = tp_size;
+    po.router_bf16 = router_dtype == "bfloat16";
+    dir_ = model_dir;
+    layout_ = plan_prepared(load_model_spec(model_dir), po);
+  }
+  const PreparedLayout& layout() const { return layout_; }
+  const std::string& dir() const { return dir_; }
+  int num_layers() const { return int(layout_.layers.size()); }
+  static nb::list describe(const std::vector<TensorSpec>& v) {
+    nb::list out;
+    for (const TensorSpec& t : v) {
+      nb::dict d;
+      d["name"] = t.name;
+      d["dtype"] = std::string(dtype_name(t.dtype));
+      d["storage"] = t.elem_bytes == 4 ? "float32" : t.elem_bytes == 2 ? "bfloat16" : "uint8";
+      d["shape"] = nb::tuple(nb::cast(t.shape));
+      out.append(d);
+    }
+    return out;
+  }
+  nb::list layer_tensors(int layer) const { return describe(layer_tensor_specs(layout_, layer)); }
+  nb::list model_tensors() const { return describe(model_tensor_specs(layout_)); }
+
+ private:
+  std::string dir_;
+  PreparedLayout layout_;
+};
+
+// The prepared arena of the layout's rank filled on the host from its checkpoint, as numpy arrays
+// (views of one host buffer that the arrays keep alive; BF16 words as uint16): what a framework
+// would hold if it had loaded the weights itself. {"model": {name: array}, "layers": [{name: array}]}.
+nb::dict prepared_arrays(const Layout& lay) {
+  const PreparedLayout& L = lay.layout();
+  SafetensorsSet files = SafetensorsSet::open(lay.dir());
+  WeightTable table = build_checkpoint_table(L.spec, files, lay.dir());
+  WeightBinding bind = bind_weights(table, files);
+  auto src = make_weight_source(bind);
+  auto* arena = new std::vector<uint8_t>(L.total_bytes, 0);
+  nb::capsule owner(arena, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+  uint8_t* base = arena->data();
+  M3_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "prepared_arrays: the host arena is not 16-byte aligned");
+  {
+    HostArenaSink sink(*arena);
+    ThreadPool pool(0);
+    nb::gil_scoped_release release;
+    fill_prepared(L, *src, sink, pool);
+  }
+  auto array = [&](const TensorSpec& t) -> nb::object {
+    std::vector<size_t> shape(t.shape.begin(), t.shape.end());
+    void* p = base + t.offset;
+    if (t.elem_bytes == 4)
+      return nb::cast(nb::ndarray<nb::numpy, float>(p, shape.size(), shape.data(), owner));
+    if (t.elem_bytes == 2)
+      return nb::cast(nb::ndarray<nb::numpy, uint16_t>(p, shape.size(), shape.data(), owner));
+    return nb::cast(nb::ndarray<nb::numpy, uint8_t>(p, shape.size(), shape.data(), owner));
+  };
+  nb::dict out, model;
+  for (const TensorSpec& t : model_tensor_specs(L)) model[t.name.c_str()] = array(t);
+  nb::list layers;
+  for (int l = 0; l < int(L.layers.size()); ++l) {
+    nb::dict d;
+    for (const TensorSpec& t : layer_tensor_specs(L, l)) d[t.name.c_str()] = array(t);
+    layers.append(d);
+  }
+  out["model"] = model;
+  out["layers"] = layers;
+  return out;
+}
+
+// One layer's tensors borrowed from the caller: every tensor the layer's layout has, each checked
+// (check_borrowed: element type, shape, compact strides, alignment, device) and kept alive as long
+// as this object; nothing converted or copied (data_ptr(name) is the caller's buffer).
+class LayerSpec {
+ public:
+  LayerSpec(const Layout& lay, int layer, nb::dict tensors, const std::string& device) {
+    M3_CHECK(device == "cpu" || device == "cuda", "LayerSpec: device must be cpu or cuda, got '{}'", device);
+    M3_CHECK(layer >= 0 && layer < lay.num_layers(), "LayerSpec: layer {} of a model of {} layers", layer,
+             lay.num_layers());
+    layer_ = layer;
+    const std::vector<TensorSpec> specs = layer_tensor_specs(lay.layout(), layer);
+    std::vector<std::string> names;
+    for (const TensorSpec& s : specs) {
+      names.push_back(s.name);
+      M3_CHECK(tensors.contains(s.name.c_str()), "LayerSpec: layer {}: tensor '{}' is missing ({})", layer, s.name,
+               s.describe());
+      nb::object obj = tensors[s.name.c_str()];
+      nb::ndarray<nb::ro> a;
+      M3_CHECK(nb::try_cast(obj, a), "LayerSpec: layer {}: '{}' is a {}, not an array (DLPack or the buffer protocol)",
+               layer, s.name, nb::type_name(obj.type()).c_str());
+      BorrowedTensor b;
+      b.data = a.data();
+      const nb::dlpack::dtype dt = a.dtype();
+      M3_CHECK(dt.lanes == 1, "LayerSpec: layer {}: '{}' has {} lanes", layer, s.name, dt.lanes);
+      switch (nb::dlpack::dtype_code(dt.code)) {
+        case nb::dlpack::dtype_code::UInt: b.kind = ElemKind::UInt; break;
+        case nb::dlpack::dtype_code::Int: b.kind = ElemKind::Int; break;
+        case nb::dlpack::dtype_code::Float: b.kind = ElemKind::Float; break;
+        case nb::dlpack::dtype_code::Bfloat: b.kind = ElemKind::BFloat; break;
+        case nb::dlpack::dtype_code::Float8_E4M3FN: b.kind = ElemKind::Float8E4M3; break;
+        default: M3_FAIL("LayerSpec: layer {}: '{}' has DLPack type code {}: not an element type the arena stores",
+                         layer, s.name, int(dt.code));
+      }
+      b.bits = dt.bits;
+      for (size_t i = 0; i < a.ndim(); ++i) {
+        b.shape.push_back(int64_t(a.shape(i)));
+        b.strides.push_back(int64_t(a.stride(i)));
+      }
+      b.on_cpu = a.device_type() == nb::device::cpu::value;
+      b.device = b.on_cpu ? -1 : int(a.device_id());
+      const std::string why = check_borrowed(s, b, device == "cpu");
+      M3_CHECK(why.empty(), "LayerSpec: layer {}: {}", layer, why);
+      ptrs_.emplace_back(s.name, reinterpret_cast<uintptr_t>(b.data));
+      keep_.push_back(obj);
+    }
+    for (auto [k, v] : tensors) {
+      const std::string name = nb::cast<std::string>(k);
+      M3_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
+               "LayerSpec: layer {}: '{}' is not a tensor of this layer (it has: {})", layer, name,
+               fmt::format("{}", fmt::join(names, ", ")));
+    }
+  }
+  int layer() const { return layer_; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> v;
+    for (const auto& [n, p] : ptrs_) v.push_back(n);
+    return v;
+  }
+  uintptr_t data_ptr(const std::string& name) const {
+    for (const auto& [n, p] : ptrs_)
+      if (n == name) return p;
+    M3_FAIL("LayerSpec: layer {} has no tensor '{}'", layer_, name);
+  }
+
+ private:
+  int layer_ = 0;
+  std::vector<std::pair<std::string, uintptr_t>> ptrs_;
+  std::vector<nb::object> keep_;  // the borrowed arrays, alive as long as this spec
+};
+
 }  // namespace
 
 NB_MODULE(_m3mono, m) {
@@ -117,4 +276,17 @@ NB_MODULE(_m3mono, m) {
       .def_prop_ro("eos_id", &Engine::eos_id);
   m.def("make_tiny", &make_tiny, nb::arg("out"), nb::arg("preset") = "tiny", nb::arg("seed") = 1);
   m.def("info", &info, nb::arg("model_dir"));
+  nb::class_<Layout>(m, "Layout")
+      .def(nb::init<const std::string&, int, int, const std::string&>(), nb::arg("model_dir"), nb::arg("tp_rank") = 0,
+           nb::arg("tp_size") = 1, nb::arg("router_dtype") = "float32")
+      .def_prop_ro("num_layers", &Layout::num_layers)
+      .def("layer_tensors", &Layout::layer_tensors, nb::arg("layer"))
+      .def("model_tensors", &Layout::model_tensors);
+  m.def("prepared_arrays", &prepared_arrays, nb::arg("layout"));
+  nb::class_<LayerSpec>(m, "LayerSpec")
+      .def(nb::init<const Layout&, int, nb::dict, const std::string&>(), nb::arg("layout"), nb::arg("layer"),
+           nb::arg("tensors"), nb::arg("device") = "cpu")
+      .def_prop_ro("layer", &LayerSpec::layer)
+      .def_prop_ro("names", &LayerSpec::names)
+      .def("data_ptr", &LayerSpec::data_ptr, nb::arg("name"));
 }

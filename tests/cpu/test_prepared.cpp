@@ -14,6 +14,7 @@
 #include "common/prepared_tensors.h"
 #include "core/codecs.h"
 #include "model/prepare.h"
+#include "model/prepared_tensors.h"
 #include "model/tp_shard.h"
 #include "model/quantize.h"
 #include "model/safetensors.h"
@@ -304,4 +305,81 @@ TEST(Prepared, ErrorsNameTheTensor) {
     EXPECT_NE(m.find("expert_up expert 5 row 7"), std::string::npos) << m;
     EXPECT_NE(m.find("column 3"), std::string::npos) << m;
   }
+}
+
+// The arena as named tensors (model/prepared_tensors.h, what a framework lends the library level):
+// every stored tensor appears once, with its offset and bytes, and its shape times its element
+// size is its bytes; names are unique within a layer; check_borrowed accepts exactly the layout
+// (compact strides, aligned, the stored type or the unsigned word of its width, the device asked)
+// and names the tensor in every refusal.
+TEST(Prepared, NamedTensorsCoverTheArena) {
+  for (const char* preset : {"tiny", "real"}) {
+    const ModelSpec spec = synthetic_preset(preset);
+    for (int tp : {1, 4}) {
+      if (spec.num_kv_heads % tp) continue;
+      SCOPED_TRACE(std::string(preset) + " tp " + std::to_string(tp));
+      PrepareOptions opt;
+      opt.tp_size = tp;
+      const PreparedLayout L = plan_prepared(spec, opt);
+      std::vector<std::pair<uint64_t, uint64_t>> named;
+      auto take = [&](const std::vector<TensorSpec>& v) {
+        std::vector<std::string> names;
+        for (const TensorSpec& t : v) {
+          int64_t n = t.elem_bytes;
+          for (int64_t d : t.shape) n *= d;
+          EXPECT_EQ(uint64_t(n), t.bytes) << t.describe();
+          named.emplace_back(t.offset, t.bytes);
+          names.push_back(t.name);
+        }
+        std::sort(names.begin(), names.end());
+        EXPECT_EQ(std::unique(names.begin(), names.end()), names.end());
+      };
+      take(model_tensor_specs(L));
+      for (int l = 0; l < int(L.layers.size()); ++l) take(layer_tensor_specs(L, l));
+      std::vector<std::pair<uint64_t, uint64_t>> stored;
+      for (const PTensor* t : test::prepared_tensors(L)) stored.emplace_back(t->offset, t->bytes);
+      std::sort(named.begin(), named.end());
+      std::sort(stored.begin(), stored.end());
+      EXPECT_EQ(named, stored);
+    }
+  }
+  const PreparedLayout L = plan_prepared(synthetic_preset("tiny"), {});
+  const TensorSpec s = layer_tensor_specs(L, 1)[6];  // qkv.codes
+  ASSERT_EQ(s.name, "qkv.codes");
+  alignas(16) static uint8_t buf[32];
+  BorrowedTensor good{buf, ElemKind::UInt, 8, s.shape, {}, true, -1};
+  EXPECT_EQ(check_borrowed(s, good, true), "");
+  BorrowedTensor f8 = good;
+  f8.kind = ElemKind::Float8E4M3;
+  EXPECT_EQ(check_borrowed(s, f8, true), "");
+  BorrowedTensor compact = good;
+  compact.strides = {s.shape[1], 1};
+  EXPECT_EQ(check_borrowed(s, compact, true), "");
+  auto refuses = [&](BorrowedTensor t, bool cpu, const char* what) {
+    const std::string why = check_borrowed(s, t, cpu);
+    EXPECT_NE(why.find("qkv.codes"), std::string::npos) << what << ": " << why;
+    EXPECT_NE(why.find(what), std::string::npos) << why;
+  };
+  BorrowedTensor t = good;
+  t.kind = ElemKind::Int;
+  refuses(t, true, "element type");
+  t = good;
+  t.bits = 16;
+  refuses(t, true, "element type");
+  t = good;
+  t.shape[0] += 16;
+  refuses(t, true, "shape");
+  t = good;
+  t.strides = {1, s.shape[0]};
+  refuses(t, true, "strides");
+  t = good;
+  t.data = buf + 1;
+  refuses(t, true, "aligned");
+  refuses(good, false, "device buffer");
+  t = good;
+  t.on_cpu = false;
+  refuses(t, true, "host memory");
+  t = good;
+  t.data = nullptr;
+  refuses(t, true, "no data");
 }

@@ -1,0 +1,122 @@
+"""The library level of the Python module (issue 16), run by tests/scripts/python_borrow.sh:
+- Layout lists every tensor of a layer as the prepared arena stores it (names, storage, shapes),
+  per tensor-parallel rank (the rank's shapes: tp 2 halves the heads' rows and the expert widths);
+- prepared_arrays hands out the arena filled from the checkpoint as numpy arrays, and LayerSpec
+  accepts them for every layer without copying: data_ptr(name) is the array's own buffer, and the
+  spec keeps the arrays alive after the caller drops them;
+- every kind of wrong tensor is refused with m3mono.Error naming the layer, the tensor and what is
+  wrong (element type, shape, strides, alignment, device, a missing or an unknown tensor), never
+  converted; a non-array is refused too; nothing kills the interpreter."""
+import gc
+import os
+import random
+import sys
+
+import numpy as np
+
+import m3mono
+
+src = sys.argv[1]
+fails = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond:
+        fails.append(what)
+
+
+def refused(f, *needles):
+    try:
+        f()
+    except m3mono.Error as e:
+        msg = str(e)
+        ok = all(n in msg for n in needles)
+        return ok, msg
+    except Exception as e:  # noqa: BLE001 - any other exception is a failure of the contract
+        return False, f"{type(e).__name__}: {e}"
+    return False, "accepted"
+
+
+model = os.path.join(src, "tests", "data", "tiny-m3-a")
+lay = m3mono.Layout(model)
+info = m3mono.info(model)
+check(lay.num_layers == info["num_layers"], f"Layout has the model's {info['num_layers']} layers")
+arrs = m3mono.prepared_arrays(lay)
+check(len(arrs["layers"]) == lay.num_layers, "prepared_arrays: one dict per layer")
+check(set(arrs["model"]) == {t["name"] for t in lay.model_tensors()}, "prepared_arrays: the model tensors")
+np_dtype = {"uint8": np.uint8, "float32": np.float32, "bfloat16": np.uint16}
+for l in range(lay.num_layers):
+    want = lay.layer_tensors(l)
+    got = arrs["layers"][l]
+    same = set(got) == {t["name"] for t in want} and all(
+        got[t["name"]].shape == tuple(t["shape"]) and got[t["name"]].dtype == np_dtype[t["storage"]] for t in want)
+    check(same, f"layer {l}: the arrays have the layout's names, shapes and storage ({len(want)} tensors)")
+    spec = m3mono.LayerSpec(lay, l, got)
+    ptr_ok = all(spec.data_ptr(n) == got[n].__array_interface__["data"][0] for n in got)
+    check(ptr_ok and sorted(spec.names) == sorted(got), f"layer {l}: LayerSpec borrows every array (same pointers)")
+
+# the rank's shapes: tp 2 halves q heads' rows and the expert widths
+r0, r1 = m3mono.Layout(model, tp_rank=0, tp_size=2), m3mono.Layout(model, tp_rank=1, tp_size=2)
+full = {t["name"]: t["shape"] for t in lay.layer_tensors(1)}
+half = {t["name"]: t["shape"] for t in r0.layer_tensors(1)}
+check(half["o.codes"][1] * 2 == full["o.codes"][1],
+      f"tp 2: the O projection's columns per rank ({half['o.codes']} vs {full['o.codes']})")
+check(half["w2.codes"][-1] * 2 == full["w2.codes"][-1], f"tp 2: the down projections' width per rank "
+      f"({half['w2.codes']} vs {full['w2.codes']})")
+check({t["name"]: t["shape"] for t in r1.layer_tensors(1)} == half, "tp 2: both ranks have the same shapes")
+ok, msg = refused(lambda: m3mono.Layout(model, tp_rank=2, tp_size=2), "rank 2 of 2")
+check(ok, f"a rank outside the group is refused: {msg}")
+
+# the spec keeps its arrays alive: drop every other reference, then read through the pointer
+l = random.randrange(lay.num_layers)
+layer = dict(arrs["layers"][l])
+name = random.choice(sorted(layer))
+before = layer[name].copy()
+spec = m3mono.LayerSpec(lay, l, layer)
+ptr = spec.data_ptr(name)
+del layer, arrs
+gc.collect()
+view = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint8 * before.nbytes).from_address(ptr))
+check(np.array_equal(view, before.view(np.uint8).reshape(-1)), f"layer {l} '{name}': alive through the spec only")
+
+# refusals: one wrong tensor at a time, each naming the layer, the tensor and the fault
+arrs = m3mono.prepared_arrays(lay)
+l = 1
+good = arrs["layers"][l]
+names = sorted(good)
+
+
+def with_(name, value):
+    d = dict(good)
+    d[name] = value
+    return d
+
+
+u8 = next(n for n in names if good[n].dtype == np.uint8 and good[n].ndim == 2)
+f32 = next(n for n in names if good[n].dtype == np.float32)
+cases = [
+    ("element type", with_(u8, good[u8].astype(np.int8)), [u8, "element type int8", "not converted"]),
+    ("float for codes", with_(u8, good[u8].astype(np.float32)), [u8, "element type float32"]),
+    ("float64 scales", with_(f32, good[f32].astype(np.float64)), [f32, "element type float64"]),
+    ("shape", with_(u8, good[u8][:-1]), [u8, "shape"]),
+    ("transposed", with_(u8, np.ascontiguousarray(good[u8].T).T), [u8, "strides", "not copied"]),
+    ("strided view", with_(u8, np.repeat(good[u8], 2, axis=1)[:, ::2]), [u8, "strides"]),
+    ("misaligned", with_(u8, np.frombuffer(np.zeros(good[u8].nbytes + 1, np.uint8).tobytes(), np.uint8,
+                                               count=good[u8].nbytes, offset=1).reshape(good[u8].shape)),
+     [u8, "16-byte aligned"]),
+    ("missing", {k: v for k, v in good.items() if k != u8}, [u8, "missing"]),
+    ("unknown", with_("wq_extra", good[u8]), ["wq_extra", "not a tensor of this layer"]),
+    ("not an array", with_(u8, "hello"), [u8, "not an array"]),
+]
+for what, tensors, needles in cases:
+    ok, msg = refused(lambda: m3mono.LayerSpec(lay, l, tensors), f"layer {l}", *needles)
+    check(ok, f"refused ({what}): {msg}")
+ok, msg = refused(lambda: m3mono.LayerSpec(lay, l, good, device="cuda"), "host memory", "device buffer")
+check(ok, f"host arrays for the GPU path are refused: {msg}")
+ok, msg = refused(lambda: m3mono.LayerSpec(lay, lay.num_layers, good), "layer")
+check(ok, f"a layer past the model is refused: {msg}")
+check(m3mono.LayerSpec(lay, l, good).layer == l, "the interpreter is still fine after the refusals")
+
+print(f"{len(fails)} failure(s)")
+sys.exit(1 if fails else 0)
