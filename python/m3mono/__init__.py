@@ -57,14 +57,15 @@ class LLM:
     """A model loaded once; generate() runs prompts one after another on it.
 
     device: "auto" (CUDA when this build has it and a GPU is visible, else the CPU reference),
-    "cpu" or "cuda"; tp: tensor-parallel ranks (CPU reference: threads of this process);
-    mono: the fused decode path on CUDA; max_model_len: the longest prompt + new tokens
+    "cpu" or "cuda"; tp: tensor-parallel ranks (threads of this process: CPU reference ranks, or
+    GPU ranks on GPU r mod the visible GPUs); tp_comm: the GPU ranks' collectives ("auto", "nccl",
+    "host"); mono: the fused decode path on CUDA; max_model_len: the longest prompt + new tokens
     (default: 4096, at most the model's max_position_embeddings).
     """
 
     def __init__(self, model: str, device: str = "auto", tp: int = 1, mono: bool = False, threads: int = 0,
-                 max_model_len: int = 0):
-        self._engine = Engine(str(model), device, tp, mono, threads, max_model_len)
+                 max_model_len: int = 0, tp_comm: str = "auto"):
+        self._engine = Engine(str(model), device, tp, mono, threads, max_model_len, tp_comm)
 
     @property
     def name(self) -> str:

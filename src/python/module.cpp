@@ -38,7 +38,8 @@ namespace {
 
 class Engine {
  public:
-  Engine(const std::string& model_dir, const std::string& device, int tp, bool mono, int threads, int max_model_len)
+  Engine(const std::string& model_dir, const std::string& device, int tp, bool mono, int threads, int max_model_len,
+         const std::string& tp_comm)
       : dir_(model_dir) {
     M3_CHECK(std::filesystem::is_directory(model_dir), "LLM: model {} is not a directory", model_dir);
     spec_ = load_model_spec(model_dir);
@@ -49,6 +50,7 @@ class Engine {
     cli::BackendChoice c{device, "checkpoint", threads, (len + spec_.index_block - 1) / spec_.index_block, len};
     c.mono = mono;
     c.tp = tp;
+    c.tp_comm = tp_comm;
     backend_ = cli::make_chosen_backend(c, model_dir, spec_, "LLM");
     const auto tok = std::filesystem::path(model_dir) / "tokenizer.json";
     if (std::filesystem::exists(tok)) tokenizer_ = text::Tokenizer::load(tok.string(), spec_.vocab_size);
@@ -262,9 +264,9 @@ NB_MODULE(_m3mono, m) {
   m.doc() = "m3mono: MiniMax-M3 inference (the C++ engine; see the m3mono package)";
   static nb::exception<m3::Error> error(m, "Error", PyExc_ValueError);
   nb::class_<Engine>(m, "Engine")
-      .def(nb::init<const std::string&, const std::string&, int, bool, int, int>(), nb::arg("model_dir"),
-           nb::arg("device") = "auto", nb::arg("tp") = 1, nb::arg("mono") = false, nb::arg("threads") = 0,
-           nb::arg("max_model_len") = 0)
+      .def(nb::init<const std::string&, const std::string&, int, bool, int, int, const std::string&>(),
+           nb::arg("model_dir"), nb::arg("device") = "auto", nb::arg("tp") = 1, nb::arg("mono") = false,
+           nb::arg("threads") = 0, nb::arg("max_model_len") = 0, nb::arg("tp_comm") = "auto")
       .def("generate", &Engine::generate, nb::arg("prompt"), nb::arg("max_tokens"), nb::arg("temperature"),
            nb::arg("top_k"), nb::arg("top_p"), nb::arg("seed"), nb::arg("stop_at_eos"))
       .def("encode", &Engine::encode)

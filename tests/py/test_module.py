@@ -48,6 +48,11 @@ one, two = m3mono.LLM(model, device="cpu", threads=2), m3mono.LLM(model, device=
 p = [5, 6, 7, 8, 9]
 check(two.generate(p)[0].token_ids == one.generate(p)[0].token_ids, "tp=2 gives tp=1's greedy ids")
 check("tp2" in two.name, f"the tp=2 engine says so ({two.name})")
+try:
+    m3mono.LLM(model, device="cpu", tp=2, tp_comm="carrier-pigeon")
+    check(False, "a bad tp_comm is refused")
+except m3mono.Error as e:
+    check("--tp-comm" in str(e) and "carrier-pigeon" in str(e), f"a bad tp_comm is refused naming it: {e}")
 
 with tempfile.TemporaryDirectory() as d:
     path = m3mono.make_tiny(os.path.join(d, "tiny"), seed=rng.randrange(1000))
