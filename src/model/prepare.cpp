@@ -671,11 +671,16 @@ LayerWeights dequantize_prepared_layer(const PreparedLayout& L, int layer, const
   return w;
 }
 
-ModelWeights dequantize_prepared(const PreparedLayout& L, const ArenaReader& rd) {
+ModelWeights dequantize_prepared_model_only(const PreparedLayout& L, const ArenaReader& rd) {
   ModelWeights w;
   w.embed = dq_bf16(rd, L.embed);
   w.lm_head = dq_bf16(rd, L.lm_head);
   w.final_norm = dq_vec(rd, L.final_norm);
+  return w;
+}
+
+ModelWeights dequantize_prepared(const PreparedLayout& L, const ArenaReader& rd) {
+  ModelWeights w = dequantize_prepared_model_only(L, rd);
   for (int l = 0; l < int(L.layers.size()); ++l) w.layers.push_back(dequantize_prepared_layer(L, l, rd));
   return w;
 }

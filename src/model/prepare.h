@@ -184,5 +184,7 @@ LayerWeights dequantize_prepared_layer(const PreparedLayout& layout, int layer, 
                                        const std::vector<int>* experts = nullptr);
 // The whole model (every layer, embeddings, lm_head rows of this rank, final norm).
 ModelWeights dequantize_prepared(const PreparedLayout& layout, const ArenaReader& read);
+// Only the embeddings, lm_head rows and final norm (layers left empty).
+ModelWeights dequantize_prepared_model_only(const PreparedLayout& layout, const ArenaReader& read);
 
 }  // namespace m3

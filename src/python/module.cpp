@@ -25,6 +25,7 @@
 #include "model/prepared_tensors.h"
 #include "model/safetensors.h"
 #include "model/weight_table.h"
+#include "ref/layers.h"
 #include "model/spec.h"
 #include "model/synthetic.h"
 #include "runtime/generate.h"
@@ -105,7 +106,8 @@ std::map<std::string, int64_t> info(const std::string& model_dir) {
           {"num_attention_heads", s.num_heads}, {"num_key_value_heads", s.num_kv_heads},
           {"head_dim", s.head_dim},             {"num_experts", s.num_experts},
           {"experts_per_token", s.top_k},       {"vocab_size", s.vocab_size},
-          {"max_position_embeddings", s.max_positions}};
+          {"max_position_embeddings", s.max_positions}, {"index_block_size", s.index_block},
+          {"index_head_dim", s.index_dim}};
 }
 
 // ---- the library level (issue 16): the prepared layout as named tensors, and borrowing them ----
@@ -195,10 +197,12 @@ class LayerSpec {
  public:
   LayerSpec(const Layout& lay, int layer, nb::dict tensors, const std::string& device) {
     M3_CHECK(device == "cpu" || device == "cuda", "LayerSpec: device must be cpu or cuda, got '{}'", device);
-    M3_CHECK(layer >= 0 && layer < lay.num_layers(), "LayerSpec: layer {} of a model of {} layers", layer,
-             lay.num_layers());
+    M3_CHECK(layer >= -1 && layer < lay.num_layers(), "LayerSpec: layer {} of a model of {} layers (-1: the model's "
+             "embedding, lm_head and final norm)", layer, lay.num_layers());
     layer_ = layer;
-    const std::vector<TensorSpec> specs = layer_tensor_specs(lay.layout(), layer);
+    layout_ = &lay.layout();
+    const std::vector<TensorSpec> specs =
+        layer < 0 ? model_tensor_specs(lay.layout()) : layer_tensor_specs(lay.layout(), layer);
     std::vector<std::string> names;
     for (const TensorSpec& s : specs) {
       names.push_back(s.name);
@@ -231,6 +235,8 @@ class LayerSpec {
       const std::string why = check_borrowed(s, b, device == "cpu");
       M3_CHECK(why.empty(), "LayerSpec: layer {}: {}", layer, why);
       ptrs_.emplace_back(s.name, reinterpret_cast<uintptr_t>(b.data));
+      borrowed_.emplace_back(s, b.data);
+      device_ = device;
       keep_.push_back(obj);
     }
     for (auto [k, v] : tensors) {
@@ -241,6 +247,9 @@ class LayerSpec {
     }
   }
   int layer() const { return layer_; }
+  const ref::BorrowedLayer& borrowed() const { return borrowed_; }
+  const PreparedLayout* layout() const { return layout_; }
+  const std::string& device() const { return device_; }
   std::vector<std::string> names() const {
     std::vector<std::string> v;
     for (const auto& [n, p] : ptrs_) v.push_back(n);
@@ -254,8 +263,113 @@ class LayerSpec {
 
  private:
   int layer_ = 0;
+  const PreparedLayout* layout_ = nullptr;  // the Layout's (NativeLayers checks it is one layout)
+  std::string device_;
   std::vector<std::pair<std::string, uintptr_t>> ptrs_;
+  ref::BorrowedLayer borrowed_;
   std::vector<nb::object> keep_;  // the borrowed arrays, alive as long as this spec
+};
+
+// A new numpy array owning its values.
+nb::object numpy_of(std::vector<float> v, std::vector<size_t> shape) {
+  auto* owned = new std::vector<float>(std::move(v));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, float>(owned->data(), shape.size(), shape.data(), owner));
+}
+
+// The layers over borrowed tensors and caches (ref/layers.h on the CPU). The specs and the cache
+// arrays are kept alive as long as this object.
+class NativeLayers {
+ public:
+  NativeLayers(const Layout& lay, nb::object model, nb::list layers, int num_blocks, nb::list caches, int threads) {
+    const PreparedLayout& L = lay.layout();
+    const ModelSpec& s = L.spec;
+    const LayerSpec& m = nb::cast<const LayerSpec&>(model);
+    M3_CHECK(m.layer() == -1 && m.layout() == &L, "NativeLayers: `model` must be the LayerSpec(layout, -1, ...) of "
+             "this layout (the embedding, lm_head and final norm)");
+    M3_CHECK(m.device() == "cpu", "NativeLayers: device {}: this build runs the library level on the CPU reference "
+             "only", m.device());
+    M3_CHECK(int(nb::len(layers)) == s.num_layers, "NativeLayers: {} layer specs for a model of {} layers",
+             nb::len(layers), s.num_layers);
+    std::vector<ref::BorrowedLayer> per;
+    for (int l = 0; l < s.num_layers; ++l) {
+      const LayerSpec& x = nb::cast<const LayerSpec&>(layers[l]);
+      M3_CHECK(x.layer() == l && x.layout() == &L && x.device() == "cpu",
+               "NativeLayers: layers[{}] is the spec of layer {} (of {} layout, device {})", l, x.layer(),
+               x.layout() == &L ? "this" : "another", x.device());
+      per.push_back(x.borrowed());
+    }
+    M3_CHECK(num_blocks > 0, "NativeLayers: num_blocks {} (> 0)", num_blocks);
+    M3_CHECK(int(nb::len(caches)) == s.num_layers, "NativeLayers: caches for {} layers, the model has {}",
+             nb::len(caches), s.num_layers);
+    const int64_t slots = int64_t(num_blocks) * s.index_block;
+    std::vector<float*> k, v, ik;
+    for (int l = 0; l < s.num_layers; ++l) {
+      nb::dict d = nb::cast<nb::dict>(caches[l]);
+      auto take = [&](const char* name, int64_t width) -> float* {
+        M3_CHECK(d.contains(name), "NativeLayers: caches[{}] has no '{}'", l, name);
+        nb::object o = d[name];
+        nb::ndarray<> a;  // no constraints: nothing may convert (a converted copy would take the writes)
+        const bool ok = nb::try_cast(o, a, false) && a.dtype() == nb::dtype<float>() && a.ndim() == 2 &&
+                        int64_t(a.shape(0)) == slots && int64_t(a.shape(1)) == width && a.stride(1) == 1 &&
+                        int64_t(a.stride(0)) == width && a.device_type() == nb::device::cpu::value;
+        M3_CHECK(ok, "NativeLayers: caches[{}]['{}'] must be a writable C-contiguous float32 host array [{}, {}] "
+                 "(num_blocks x block_size rows): refused, not converted", l, name, slots, width);
+        keep_.push_back(o);
+        return static_cast<float*>(a.data());
+      };
+      k.push_back(take("k", s.kv_dim()));
+      v.push_back(take("v", s.kv_dim()));
+      ik.push_back(s.sparse(l) ? take("ik", s.index_dim) : nullptr);
+    }
+    keep_.push_back(model);
+    keep_.push_back(layers);
+    rl_ = std::make_unique<ref::RefLayers>(L, m.borrowed(), std::move(per), num_blocks, std::move(k), std::move(v),
+                                           std::move(ik), threads);
+  }
+  // seqs: (start_pos, [token ids], [block table]) or with a 4th item all_logits
+  void prepare_step(nb::list seqs) {
+    StepBatch b;
+    for (nb::handle h : seqs) {
+      nb::tuple t = nb::cast<nb::tuple>(h);
+      M3_CHECK(nb::len(t) == 3 || nb::len(t) == 4,
+               "NativeLayers.prepare_step: a sequence is (start_pos, tokens, block_table[, all_logits])");
+      SeqStep q;
+      q.start_pos = nb::cast<int32_t>(t[0]);
+      q.tokens = nb::cast<std::vector<int32_t>>(t[1]);
+      q.block_table = nb::cast<std::vector<int32_t>>(t[2]);
+      q.all_logits = nb::len(t) == 4 && nb::cast<bool>(t[3]);
+      b.seqs.push_back(std::move(q));
+    }
+    rl_->prepare_step(b);
+  }
+  nb::object embed() {
+    const int H = rl_->spec().hidden;
+    std::vector<float> x = rl_->embed();
+    const size_t T = x.size() / size_t(H);
+    return numpy_of(std::move(x), {T, size_t(H)});
+  }
+  void forward_layer(int layer, nb::ndarray<float, nb::c_contig, nb::device::cpu> x) {
+    check_x(x);
+    nb::gil_scoped_release release;
+    rl_->forward_layer(layer, x.data());
+  }
+  nb::object logits(nb::ndarray<float, nb::c_contig, nb::device::cpu> x) {
+    check_x(x);
+    std::vector<float> out = rl_->logits(x.data());
+    const size_t V = size_t(rl_->spec().vocab_size);
+    return numpy_of(std::move(out), {out.size() / V, V});
+  }
+
+ private:
+  void check_x(const nb::ndarray<float, nb::c_contig, nb::device::cpu>& x) const {
+    M3_CHECK(x.ndim() == 2 && int64_t(x.shape(0)) == rl_->plan().num_tokens &&
+                 int64_t(x.shape(1)) == rl_->spec().hidden,
+             "NativeLayers: the residual stream must be float32 [{}, {}] (the step's tokens x hidden)",
+             rl_->plan().num_tokens, rl_->spec().hidden);
+  }
+  std::unique_ptr<ref::RefLayers> rl_;
+  std::vector<nb::object> keep_;
 };
 
 }  // namespace
@@ -287,8 +401,15 @@ NB_MODULE(_m3mono, m) {
   m.def("prepared_arrays", &prepared_arrays, nb::arg("layout"));
   nb::class_<LayerSpec>(m, "LayerSpec")
       .def(nb::init<const Layout&, int, nb::dict, const std::string&>(), nb::arg("layout"), nb::arg("layer"),
-           nb::arg("tensors"), nb::arg("device") = "cpu")
+           nb::arg("tensors"), nb::arg("device") = "cpu", nb::keep_alive<1, 2>())
       .def_prop_ro("layer", &LayerSpec::layer)
       .def_prop_ro("names", &LayerSpec::names)
       .def("data_ptr", &LayerSpec::data_ptr, nb::arg("name"));
+  nb::class_<NativeLayers>(m, "NativeLayers")
+      .def(nb::init<const Layout&, nb::object, nb::list, int, nb::list, int>(), nb::arg("layout"), nb::arg("model"),
+           nb::arg("layers"), nb::arg("num_blocks"), nb::arg("caches"), nb::arg("threads") = 0, nb::keep_alive<1, 2>())
+      .def("prepare_step", &NativeLayers::prepare_step, nb::arg("seqs"))
+      .def("embed", &NativeLayers::embed)
+      .def("forward_layer", &NativeLayers::forward_layer, nb::arg("layer"), nb::arg("x").noconvert())
+      .def("logits", &NativeLayers::logits, nb::arg("x").noconvert());
 }

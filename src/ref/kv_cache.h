@@ -16,6 +16,11 @@ namespace m3::ref {
 class PagedCache {
  public:
   PagedCache(const ModelSpec& spec, int num_blocks);
+  // The same over buffers the caller owns and keeps alive (the library level's borrowed caches):
+  // k[l], v[l] [num_blocks * block_size, kv_dim] and, on sparse layers, ik[l] [.., index_dim] fp32
+  // (null on full-attention layers). Nothing is cleared: slots count as never written.
+  PagedCache(const ModelSpec& spec, int num_blocks, std::vector<float*> k, std::vector<float*> v,
+             std::vector<float*> ik);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
@@ -23,9 +28,13 @@ class PagedCache {
   int kv_stride() const { return kv_dim_; }
   int ik_stride() const { return index_dim_; }
 
-  float* k(int layer) { return k_[size_t(layer)].data(); }
-  float* v(int layer) { return v_[size_t(layer)].data(); }
-  float* ik(int layer) { return ik_[size_t(layer)].data(); }  // sparse layers only
+  PagedCache(const PagedCache&) = delete;  // the buffer pointers would alias
+  PagedCache& operator=(const PagedCache&) = delete;
+  PagedCache(PagedCache&&) = default;
+
+  float* k(int layer) { return kp_[size_t(layer)]; }
+  float* v(int layer) { return vp_[size_t(layer)]; }
+  float* ik(int layer) { return ikp_[size_t(layer)]; }  // sparse layers only
 
   // Slot of position pos through a block table (the table must cover pos: checked by the caller).
   int64_t slot_of(const std::vector<int32_t>& table, int64_t pos) const {
@@ -36,7 +45,8 @@ class PagedCache {
 
  private:
   int block_size_, num_blocks_, kv_dim_, index_dim_;
-  std::vector<std::vector<float>> k_, v_, ik_;  // per layer (ik_ empty on full-attention layers)
+  std::vector<std::vector<float>> k_, v_, ik_;  // per layer, when owned (ik_ empty on full-attention layers)
+  std::vector<float*> kp_, vp_, ikp_;            // per layer: the buffers used (owned or borrowed)
   std::vector<int32_t> slot_pos_;               // position last written at each slot, -1 = never
 };
 

@@ -6,17 +6,23 @@
   spec keeps the arrays alive after the caller drops them;
 - every kind of wrong tensor is refused with m3mono.Error naming the layer, the tensor and what is
   wrong (element type, shape, strides, alignment, device, a missing or an unknown tensor), never
-  converted; a non-array is refused too; nothing kills the interpreter."""
+  converted; a non-array is refused too; nothing kills the interpreter;
+- NativeLayers (the CPU reference's layers over those borrowed tensors and over paged fp32 caches the
+  test allocates, NaN-poisoned): a Python loop (prepare_step, embed, forward_layer for every layer,
+  logits) over a prefill of two sequences and greedy decode steps gives the greedy ids of
+  `m3mono generate --device cpu --weights prepared` (the engine on the same dequantized arena), and
+  writes the caches in place; wrong cache arrays are refused."""
 import gc
 import os
 import random
+import subprocess
 import sys
 
 import numpy as np
 
 import m3mono
 
-src = sys.argv[1]
+src, binary = sys.argv[1], sys.argv[2]
 fails = []
 
 
@@ -117,6 +123,71 @@ check(ok, f"host arrays for the GPU path are refused: {msg}")
 ok, msg = refused(lambda: m3mono.LayerSpec(lay, lay.num_layers, good), "layer")
 check(ok, f"a layer past the model is refused: {msg}")
 check(m3mono.LayerSpec(lay, l, good).layer == l, "the interpreter is still fine after the refusals")
+
+# NativeLayers: a layer loop in Python against the engine
+def cli_ids(prompt, n):
+    out = subprocess.run([binary, "generate", "--model", model, "--device", "cpu", "--weights", "prepared",
+                          "--threads", "2", "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", str(n)],
+                         capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    return [int(x) for x in out.split(",")]
+
+
+arrs = m3mono.prepared_arrays(lay)
+mspec = m3mono.LayerSpec(lay, -1, arrs["model"])
+specs = [m3mono.LayerSpec(lay, l, arrs["layers"][l]) for l in range(lay.num_layers)]
+cfg = {t["name"]: t["shape"] for t in lay.layer_tensors(1)}
+blocks, bs = 16, info["index_block_size"]
+kv_dim = info["num_key_value_heads"] * info["head_dim"]
+slots = blocks * bs
+caches = []
+for l in range(lay.num_layers):
+    c = {"k": np.full((slots, kv_dim), np.nan, np.float32), "v": np.full((slots, kv_dim), np.nan, np.float32)}
+    if "iq_norm" in {t["name"] for t in lay.layer_tensors(l)}:
+        c["ik"] = np.full((slots, info["index_head_dim"]), np.nan, np.float32)
+    caches.append(c)
+nl = m3mono.NativeLayers(lay, mspec, specs, blocks, caches, threads=2)
+vocab = info["vocab_size"]
+prompts = [[rng_i % vocab for rng_i in random.sample(range(100000), random.randrange(3, 40))] for _ in range(2)]
+tables = [list(range(0, 8)), list(range(8, 16))]  # 8 blocks of 16 positions each: enough for 40 + 6
+n_new = 6
+seqs = [list(p) for p in prompts]
+done = [0, 0]
+for step in range(n_new):
+    batch = [(done[i], seqs[i][done[i]:], tables[i]) for i in range(2)]
+    nl.prepare_step(batch)
+    x = nl.embed()
+    for l in range(lay.num_layers):
+        nl.forward_layer(l, x)
+    lg = nl.logits(x)
+    for i in range(2):
+        done[i] = len(seqs[i])
+        seqs[i].append(int(np.argmax(lg[i])))
+for i in range(2):
+    got = seqs[i][len(prompts[i]):]
+    want = cli_ids(prompts[i], n_new)
+    check(got == want, f"NativeLayers loop, sequence {i} ({len(prompts[i])} prompt tokens): greedy ids {got} == "
+          f"the engine's {want}")
+written = sum(int(np.isfinite(c["k"]).all(axis=1).sum()) for c in caches[:1])
+check(written == sum(len(s) - 1 for s in seqs), f"the borrowed K cache of layer 0 holds the {written} positions written")
+bad = [dict(c) for c in caches]
+bad[2]["v"] = bad[2]["v"].astype(np.float64)
+ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs, blocks, bad), "caches[2]['v']", "float32")
+check(ok, f"a float64 cache is refused: {msg}")
+bad = [dict(c) for c in caches]
+bad[1]["k"] = bad[1]["k"][:-1]
+ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs, blocks, bad), "caches[1]['k']")
+check(ok, f"a short cache is refused: {msg}")
+nl.prepare_step([(done[i], seqs[i][done[i]:], tables[i]) for i in range(2)])  # 2 rows: a transpose is not C order
+x = nl.embed()
+for what, arg in (("float64", x.astype(np.float64)), ("a transposed view", np.asfortranarray(x)),
+                  ("the wrong rows", np.concatenate([x, x]))):
+    try:
+        nl.forward_layer(0, arg)
+        check(False, f"forward_layer refuses {what} (it would update a converted copy)")
+    except (TypeError, m3mono.Error) as e:
+        check(True, f"forward_layer refuses {what}: {type(e).__name__}")
+ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs[:-1], blocks, caches), "layer specs")
+check(ok, f"a missing layer is refused: {msg}")
 
 print(f"{len(fails)} failure(s)")
 sys.exit(1 if fails else 0)

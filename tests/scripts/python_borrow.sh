@@ -7,4 +7,4 @@ bin="${1:?usage: python_borrow.sh <m3mono-binary> <source-dir>}"
 src="${2:?usage: python_borrow.sh <m3mono-binary> <source-dir>}"
 py="$(cd "$(dirname "$bin")" && pwd)/python"
 ls "$py"/m3mono/_m3mono*.so >/dev/null 2>&1 || { echo "FAIL: no Python module under $py (is nanobind installed?)"; exit 1; }
-PYTHONPATH="$py" python3 "$src/tests/py/test_borrow.py" "$src"
+PYTHONPATH="$py" python3 "$src/tests/py/test_borrow.py" "$src" "$bin"
