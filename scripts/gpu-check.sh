@@ -53,7 +53,9 @@ for t in GpuCudaBackend.MixedBatchesMatchReference GpuCudaBackend.GraphReplayIsB
          GpuModel.TinyM3aVsReference GpuModel.TinyM3aAgainstTransformersGolden GpuModel.QuantizedReleasesVsReference \
          GpuLayerRange.RunnerIsChosenPerStepAndGivesTheSameBits GpuMono.TinyM3aBitwiseEqualsNative \
          GpuMono.RealHeadsBitwiseEqualsNative GpuMono.WatchdogStopsAFaultAndNativeRerunsTheStep \
-         GpuMono.CreationAllocatesOnlyItsTables; do
+         GpuMono.CreationAllocatesOnlyItsTables GpuTensorParallel.OneRankThroughTheCollectivesIsBitwiseTheSingleRank \
+         GpuTensorParallel.Tp2OnOneGpuMatchesTheReferenceRanksAndIsBatchInvariant \
+         GpuTensorParallel.ARankFailingAloneFailsTheStepEverywhereAndNothingHangs; do
   if grep -q "^\[       OK \] $t " "$OUT/gpu-tests.log"; then r=PASS
   elif grep -q "^\[  FAILED  \] $t " "$OUT/gpu-tests.log"; then r=FAIL
   else r="----"; fi
