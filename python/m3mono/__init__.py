@@ -24,11 +24,11 @@ naming the layer and the tensor) instead of converted; the spec keeps its arrays
 over such specs and the caller's fp32 paged caches (the CPU reference today)::
 
     model = m3mono.LayerSpec(lay, -1, arrays_of_the_model)   # embedding, lm_head, final norm
-    nl = m3mono.NativeLayers(lay, model, layer_specs, num_blocks, caches)  # caches[l]: {"k", "v"[, "ik"]}
+    caches = m3mono.CacheSpec(lay, num_blocks, [{"k": .., "v": .., "ik": ..} per layer])  # fp32, borrowed
+    nl = m3mono.NativeLayers(lay, model, layer_specs, caches)
     nl.prepare_step([(start_pos, tokens, block_table)])
     x = nl.embed()
-    for l in range(lay.num_layers):
-        nl.forward_layer(l, x)                               # x: the residual stream, in place
+    nl.forward_layers(0, lay.num_layers, x)                 # x: the residual stream, in place
     logits = nl.logits(x)
 """
 from __future__ import annotations
@@ -36,10 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
-from ._m3mono import Engine, Error, LayerSpec, Layout, NativeLayers, info, make_tiny, prepared_arrays
+from ._m3mono import CacheSpec, Engine, Error, LayerSpec, Layout, NativeLayers, info, make_tiny, prepared_arrays
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "Error", "make_tiny", "info", "Layout", "LayerSpec",
-           "NativeLayers", "prepared_arrays"]
+           "CacheSpec", "NativeLayers", "prepared_arrays"]
 
 
 @dataclass

@@ -277,11 +277,63 @@ nb::object numpy_of(std::vector<float> v, std::vector<size_t> shape) {
   return nb::cast(nb::ndarray<nb::numpy, float>(owned->data(), shape.size(), shape.data(), owner));
 }
 
+// Every layer's paged caches, borrowed from the caller: on the CPU reference fp32 arrays per layer
+// {"k": [slots, kv_dim], "v": [slots, kv_dim], "ik": [slots, index_dim] (sparse layers)}, slots =
+// num_blocks x the model's block size; each checked (element type, shape, compact, host, writable)
+// and kept alive as long as this spec, never converted (a converted copy would take the writes).
+class CacheSpec {
+ public:
+  CacheSpec(const Layout& lay, int num_blocks, nb::list caches, const std::string& device) {
+    const ModelSpec& s = lay.layout().spec;
+    M3_CHECK(device == "cpu", "CacheSpec: device {}: this build borrows the CPU reference's fp32 caches only (the "
+             "GPU's FP8/BF16 paged caches come with the GPU library level)", device);
+    M3_CHECK(num_blocks > 0, "CacheSpec: num_blocks {} (> 0)", num_blocks);
+    M3_CHECK(int(nb::len(caches)) == s.num_layers, "CacheSpec: caches for {} layers, the model has {}",
+             nb::len(caches), s.num_layers);
+    layout_ = &lay.layout();
+    num_blocks_ = num_blocks;
+    const int64_t slots = int64_t(num_blocks) * s.index_block;
+    for (int l = 0; l < s.num_layers; ++l) {
+      nb::dict d;
+      M3_CHECK(nb::try_cast(caches[l], d), "CacheSpec: caches[{}] is not a dict of 'k', 'v'{}", l,
+               s.sparse(l) ? ", 'ik'" : "");
+      auto take = [&](const char* name, int64_t width) -> float* {
+        M3_CHECK(d.contains(name), "CacheSpec: caches[{}] has no '{}'", l, name);
+        nb::object o = d[name];
+        nb::ndarray<> a;  // no constraints: nothing may convert
+        const bool ok = nb::try_cast(o, a, false) && a.dtype() == nb::dtype<float>() && a.ndim() == 2 &&
+                        int64_t(a.shape(0)) == slots && int64_t(a.shape(1)) == width && a.stride(1) == 1 &&
+                        int64_t(a.stride(0)) == width && a.device_type() == nb::device::cpu::value;
+        M3_CHECK(ok, "CacheSpec: caches[{}]['{}'] must be a writable C-contiguous float32 host array [{}, {}] "
+                 "(num_blocks x block_size rows): refused, not converted", l, name, slots, width);
+        keep_.push_back(o);
+        return static_cast<float*>(a.data());
+      };
+      k_.push_back(take("k", s.kv_dim()));
+      v_.push_back(take("v", s.kv_dim()));
+      ik_.push_back(s.sparse(l) ? take("ik", s.index_dim) : nullptr);
+      if (!s.sparse(l))
+        M3_CHECK(!d.contains("ik"), "CacheSpec: caches[{}] has an 'ik' but layer {} is a full-attention layer", l, l);
+    }
+  }
+  const PreparedLayout* layout() const { return layout_; }
+  int num_blocks() const { return num_blocks_; }
+  const std::vector<float*>& k() const { return k_; }
+  const std::vector<float*>& v() const { return v_; }
+  const std::vector<float*>& ik() const { return ik_; }
+
+ private:
+  const PreparedLayout* layout_ = nullptr;
+  int num_blocks_ = 0;
+  std::vector<float*> k_, v_, ik_;
+  std::vector<nb::object> keep_;
+};
+
 // The layers over borrowed tensors and caches (ref/layers.h on the CPU). The specs and the cache
 // arrays are kept alive as long as this object.
 class NativeLayers {
  public:
-  NativeLayers(const Layout& lay, nb::object model, nb::list layers, int num_blocks, nb::list caches, int threads) {
+  NativeLayers(const Layout& lay, nb::object model, nb::list layers, const CacheSpec& caches, int threads) {
     const PreparedLayout& L = lay.layout();
     const ModelSpec& s = L.spec;
     const LayerSpec& m = nb::cast<const LayerSpec&>(model);
@@ -299,33 +351,11 @@ class NativeLayers {
                x.layout() == &L ? "this" : "another", x.device());
       per.push_back(x.borrowed());
     }
-    M3_CHECK(num_blocks > 0, "NativeLayers: num_blocks {} (> 0)", num_blocks);
-    M3_CHECK(int(nb::len(caches)) == s.num_layers, "NativeLayers: caches for {} layers, the model has {}",
-             nb::len(caches), s.num_layers);
-    const int64_t slots = int64_t(num_blocks) * s.index_block;
-    std::vector<float*> k, v, ik;
-    for (int l = 0; l < s.num_layers; ++l) {
-      nb::dict d = nb::cast<nb::dict>(caches[l]);
-      auto take = [&](const char* name, int64_t width) -> float* {
-        M3_CHECK(d.contains(name), "NativeLayers: caches[{}] has no '{}'", l, name);
-        nb::object o = d[name];
-        nb::ndarray<> a;  // no constraints: nothing may convert (a converted copy would take the writes)
-        const bool ok = nb::try_cast(o, a, false) && a.dtype() == nb::dtype<float>() && a.ndim() == 2 &&
-                        int64_t(a.shape(0)) == slots && int64_t(a.shape(1)) == width && a.stride(1) == 1 &&
-                        int64_t(a.stride(0)) == width && a.device_type() == nb::device::cpu::value;
-        M3_CHECK(ok, "NativeLayers: caches[{}]['{}'] must be a writable C-contiguous float32 host array [{}, {}] "
-                 "(num_blocks x block_size rows): refused, not converted", l, name, slots, width);
-        keep_.push_back(o);
-        return static_cast<float*>(a.data());
-      };
-      k.push_back(take("k", s.kv_dim()));
-      v.push_back(take("v", s.kv_dim()));
-      ik.push_back(s.sparse(l) ? take("ik", s.index_dim) : nullptr);
-    }
+    M3_CHECK(caches.layout() == &L, "NativeLayers: the CacheSpec is of another Layout");
     keep_.push_back(model);
     keep_.push_back(layers);
-    rl_ = std::make_unique<ref::RefLayers>(L, m.borrowed(), std::move(per), num_blocks, std::move(k), std::move(v),
-                                           std::move(ik), threads);
+    rl_ = std::make_unique<ref::RefLayers>(L, m.borrowed(), std::move(per), caches.num_blocks(), caches.k(), caches.v(),
+                                           caches.ik(), threads);
   }
   // seqs: (start_pos, [token ids], [block table]) or with a 4th item all_logits
   void prepare_step(nb::list seqs) {
@@ -353,6 +383,15 @@ class NativeLayers {
     check_x(x);
     nb::gil_scoped_release release;
     rl_->forward_layer(layer, x.data());
+  }
+  // layers [first, last) in order (the contiguous range a runner takes; mono's forward_layers)
+  void forward_layers(int first, int last, nb::ndarray<float, nb::c_contig, nb::device::cpu> x) {
+    check_x(x);
+    M3_CHECK(0 <= first && first <= last && last <= rl_->spec().num_layers,
+             "NativeLayers.forward_layers: [{}, {}) is not a range of the model's {} layers", first, last,
+             rl_->spec().num_layers);
+    nb::gil_scoped_release release;
+    for (int l = first; l < last; ++l) rl_->forward_layer(l, x.data());
   }
   nb::object logits(nb::ndarray<float, nb::c_contig, nb::device::cpu> x) {
     check_x(x);
@@ -405,11 +444,17 @@ NB_MODULE(_m3mono, m) {
       .def_prop_ro("layer", &LayerSpec::layer)
       .def_prop_ro("names", &LayerSpec::names)
       .def("data_ptr", &LayerSpec::data_ptr, nb::arg("name"));
+  nb::class_<CacheSpec>(m, "CacheSpec")
+      .def(nb::init<const Layout&, int, nb::list, const std::string&>(), nb::arg("layout"), nb::arg("num_blocks"),
+           nb::arg("caches"), nb::arg("device") = "cpu", nb::keep_alive<1, 2>())
+      .def_prop_ro("num_blocks", &CacheSpec::num_blocks);
   nb::class_<NativeLayers>(m, "NativeLayers")
-      .def(nb::init<const Layout&, nb::object, nb::list, int, nb::list, int>(), nb::arg("layout"), nb::arg("model"),
-           nb::arg("layers"), nb::arg("num_blocks"), nb::arg("caches"), nb::arg("threads") = 0, nb::keep_alive<1, 2>())
+      .def(nb::init<const Layout&, nb::object, nb::list, const CacheSpec&, int>(), nb::arg("layout"), nb::arg("model"),
+           nb::arg("layers"), nb::arg("caches"), nb::arg("threads") = 0, nb::keep_alive<1, 2>(),
+           nb::keep_alive<1, 5>())
       .def("prepare_step", &NativeLayers::prepare_step, nb::arg("seqs"))
       .def("embed", &NativeLayers::embed)
       .def("forward_layer", &NativeLayers::forward_layer, nb::arg("layer"), nb::arg("x").noconvert())
+      .def("forward_layers", &NativeLayers::forward_layers, nb::arg("first"), nb::arg("last"), nb::arg("x").noconvert())
       .def("logits", &NativeLayers::logits, nb::arg("x").noconvert());
 }

@@ -145,7 +145,7 @@ for l in range(lay.num_layers):
     if "iq_norm" in {t["name"] for t in lay.layer_tensors(l)}:
         c["ik"] = np.full((slots, info["index_head_dim"]), np.nan, np.float32)
     caches.append(c)
-nl = m3mono.NativeLayers(lay, mspec, specs, blocks, caches, threads=2)
+nl = m3mono.NativeLayers(lay, mspec, specs, m3mono.CacheSpec(lay, blocks, caches), threads=2)
 vocab = info["vocab_size"]
 prompts = [[rng_i % vocab for rng_i in random.sample(range(100000), random.randrange(3, 40))] for _ in range(2)]
 tables = [list(range(0, 8)), list(range(8, 16))]  # 8 blocks of 16 positions each: enough for 40 + 6
@@ -156,8 +156,12 @@ for step in range(n_new):
     batch = [(done[i], seqs[i][done[i]:], tables[i]) for i in range(2)]
     nl.prepare_step(batch)
     x = nl.embed()
-    for l in range(lay.num_layers):
-        nl.forward_layer(l, x)
+    if step % 2:
+        for l in range(lay.num_layers):
+            nl.forward_layer(l, x)
+    else:  # a range, split in two
+        nl.forward_layers(0, 2, x)
+        nl.forward_layers(2, lay.num_layers, x)
     lg = nl.logits(x)
     for i in range(2):
         done[i] = len(seqs[i])
@@ -171,11 +175,11 @@ written = sum(int(np.isfinite(c["k"]).all(axis=1).sum()) for c in caches[:1])
 check(written == sum(len(s) - 1 for s in seqs), f"the borrowed K cache of layer 0 holds the {written} positions written")
 bad = [dict(c) for c in caches]
 bad[2]["v"] = bad[2]["v"].astype(np.float64)
-ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs, blocks, bad), "caches[2]['v']", "float32")
+ok, msg = refused(lambda: m3mono.CacheSpec(lay, blocks, bad), "caches[2]['v']", "float32")
 check(ok, f"a float64 cache is refused: {msg}")
 bad = [dict(c) for c in caches]
 bad[1]["k"] = bad[1]["k"][:-1]
-ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs, blocks, bad), "caches[1]['k']")
+ok, msg = refused(lambda: m3mono.CacheSpec(lay, blocks, bad), "caches[1]['k']")
 check(ok, f"a short cache is refused: {msg}")
 nl.prepare_step([(done[i], seqs[i][done[i]:], tables[i]) for i in range(2)])  # 2 rows: a transpose is not C order
 x = nl.embed()
@@ -186,8 +190,19 @@ for what, arg in (("float64", x.astype(np.float64)), ("a transposed view", np.as
         check(False, f"forward_layer refuses {what} (it would update a converted copy)")
     except (TypeError, m3mono.Error) as e:
         check(True, f"forward_layer refuses {what}: {type(e).__name__}")
-ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs[:-1], blocks, caches), "layer specs")
+ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs[:-1], m3mono.CacheSpec(lay, blocks, caches)),
+                  "layer specs")
 check(ok, f"a missing layer is refused: {msg}")
+ok, msg = refused(lambda: m3mono.CacheSpec(lay, blocks, caches, device="cuda"), "device cuda")
+check(ok, f"device caches are not borrowed yet, and say so: {msg}")
+ok, msg = refused(lambda: nl.forward_layers(3, 1, np.zeros((1, 1), np.float32)), "float32")
+check(ok, f"a residual stream of the wrong shape is refused: {msg}")
+other = m3mono.Layout(model)
+ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs, m3mono.CacheSpec(other, blocks, caches)),
+                  "another Layout")
+check(ok, f"a CacheSpec of another Layout is refused: {msg}")
+ok, msg = refused(lambda: nl.forward_layers(3, 1, x), "[3, 1) is not a range")
+check(ok, f"a backwards layer range is refused: {msg}")
 
 print(f"{len(fails)} failure(s)")
 sys.exit(1 if fails else 0)
