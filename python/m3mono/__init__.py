@@ -30,16 +30,20 @@ over such specs and the caller's fp32 paged caches (the CPU reference today)::
     x = nl.embed()
     nl.forward_layers(0, lay.num_layers, x)                 # x: the residual stream, in place
     logits = nl.logits(x)
+
+Tensor parallelism: `g = m3mono.TPGroup(2)`; rank r builds its own Layout(dir, tp_rank=r, tp_size=2),
+specs and caches and `NativeLayers(..., tp=g.rank(r))`, and runs the same calls on its own thread.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
-from ._m3mono import CacheSpec, Engine, Error, LayerSpec, Layout, NativeLayers, info, make_tiny, prepared_arrays
+from ._m3mono import (CacheSpec, Engine, Error, LayerSpec, Layout, NativeLayers, TPContext, TPGroup, info, make_tiny,
+                      prepared_arrays)
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "Error", "make_tiny", "info", "Layout", "LayerSpec",
-           "CacheSpec", "NativeLayers", "prepared_arrays"]
+           "CacheSpec", "NativeLayers", "TPGroup", "TPContext", "prepared_arrays"]
 
 
 @dataclass

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -24,7 +25,9 @@
 #include "model/prepare.h"
 #include "model/prepared_tensors.h"
 #include "model/safetensors.h"
+#include "model/tp_shard.h"
 #include "model/weight_table.h"
+#include "runtime/communicator.h"
 #include "ref/layers.h"
 #include "model/spec.h"
 #include "model/synthetic.h"
@@ -125,8 +128,10 @@ class Layout {
     po.router_bf16 = router_dtype == "bfloat16";
     dir_ = model_dir;
     layout_ = plan_prepared(load_model_spec(model_dir), po);
+    rank_spec_ = tp_size > 1 ? tp_rank_spec(layout_.spec, tp_size) : layout_.spec;
   }
   const PreparedLayout& layout() const { return layout_; }
+  const ModelSpec& rank_spec() const { return rank_spec_; }  // the shapes the rank computes with
   const std::string& dir() const { return dir_; }
   int num_layers() const { return int(layout_.layers.size()); }
   static nb::list describe(const std::vector<TensorSpec>& v) {
@@ -147,6 +152,7 @@ class Layout {
  private:
   std::string dir_;
   PreparedLayout layout_;
+  ModelSpec rank_spec_;
 };
 
 // The prepared arena of the layout's rank filled on the host from its checkpoint, as numpy arrays
@@ -284,7 +290,7 @@ nb::object numpy_of(std::vector<float> v, std::vector<size_t> shape) {
 class CacheSpec {
  public:
   CacheSpec(const Layout& lay, int num_blocks, nb::list caches, const std::string& device) {
-    const ModelSpec& s = lay.layout().spec;
+    const ModelSpec& s = lay.rank_spec();  // this rank's K/V heads
     M3_CHECK(device == "cpu", "CacheSpec: device {}: this build borrows the CPU reference's fp32 caches only (the "
              "GPU's FP8/BF16 paged caches come with the GPU library level)", device);
     M3_CHECK(num_blocks > 0, "CacheSpec: num_blocks {} (> 0)", num_blocks);
@@ -329,11 +335,34 @@ class CacheSpec {
   std::vector<nb::object> keep_;
 };
 
+// Tensor-parallel ranks as threads of this process (runtime/communicator.h LocalGroup): rank(r)
+// hands out rank r's context once; each rank's NativeLayers runs on its own Python thread (the
+// layer calls release the GIL), every rank calling the same methods in the same order.
+class TPGroup {
+ public:
+  TPGroup(int size, double timeout_s) {
+    M3_CHECK(size >= 1 && size <= 64, "TPGroup: size {} (1 .. 64)", size);
+    M3_CHECK(timeout_s > 0 && timeout_s <= 86400, "TPGroup: timeout_s {} (> 0, at most a day)", timeout_s);
+    group_ = std::make_unique<LocalGroup>(size, std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+  }
+  int size() const { return group_->size(); }
+  std::shared_ptr<Communicator> rank(int r) { return std::shared_ptr<Communicator>(group_->rank(r)); }
+
+ private:
+  std::unique_ptr<LocalGroup> group_;
+};
+struct TPContext {
+  std::shared_ptr<Communicator> comm;
+  int rank() const { return comm->rank(); }
+  int size() const { return comm->size(); }
+};
+
 // The layers over borrowed tensors and caches (ref/layers.h on the CPU). The specs and the cache
 // arrays are kept alive as long as this object.
 class NativeLayers {
  public:
-  NativeLayers(const Layout& lay, nb::object model, nb::list layers, const CacheSpec& caches, int threads) {
+  NativeLayers(const Layout& lay, nb::object model, nb::list layers, const CacheSpec& caches, int threads,
+               const TPContext* tp) {
     const PreparedLayout& L = lay.layout();
     const ModelSpec& s = L.spec;
     const LayerSpec& m = nb::cast<const LayerSpec&>(model);
@@ -354,8 +383,9 @@ class NativeLayers {
     M3_CHECK(caches.layout() == &L, "NativeLayers: the CacheSpec is of another Layout");
     keep_.push_back(model);
     keep_.push_back(layers);
+    nb::gil_scoped_release release;  // the other ranks' threads build theirs meanwhile
     rl_ = std::make_unique<ref::RefLayers>(L, m.borrowed(), std::move(per), caches.num_blocks(), caches.k(), caches.v(),
-                                           caches.ik(), threads);
+                                           caches.ik(), threads, tp ? tp->comm : nullptr);
   }
   // seqs: (start_pos, [token ids], [block table]) or with a 4th item all_logits
   void prepare_step(nb::list seqs) {
@@ -395,7 +425,11 @@ class NativeLayers {
   }
   nb::object logits(nb::ndarray<float, nb::c_contig, nb::device::cpu> x) {
     check_x(x);
-    std::vector<float> out = rl_->logits(x.data());
+    std::vector<float> out;
+    {
+      nb::gil_scoped_release release;  // a collective: the other ranks' threads must run
+      out = rl_->logits(x.data());
+    }
     const size_t V = size_t(rl_->spec().vocab_size);
     return numpy_of(std::move(out), {out.size() / V, V});
   }
@@ -448,10 +482,17 @@ NB_MODULE(_m3mono, m) {
       .def(nb::init<const Layout&, int, nb::list, const std::string&>(), nb::arg("layout"), nb::arg("num_blocks"),
            nb::arg("caches"), nb::arg("device") = "cpu", nb::keep_alive<1, 2>())
       .def_prop_ro("num_blocks", &CacheSpec::num_blocks);
+  nb::class_<TPContext>(m, "TPContext")
+      .def_prop_ro("rank", &TPContext::rank)
+      .def_prop_ro("size", &TPContext::size);
+  nb::class_<TPGroup>(m, "TPGroup")
+      .def(nb::init<int, double>(), nb::arg("size"), nb::arg("timeout_s") = 10.0)
+      .def_prop_ro("size", &TPGroup::size)
+      .def("rank", [](TPGroup& g, int r) { return TPContext{g.rank(r)}; }, nb::arg("rank"));
   nb::class_<NativeLayers>(m, "NativeLayers")
-      .def(nb::init<const Layout&, nb::object, nb::list, const CacheSpec&, int>(), nb::arg("layout"), nb::arg("model"),
-           nb::arg("layers"), nb::arg("caches"), nb::arg("threads") = 0, nb::keep_alive<1, 2>(),
-           nb::keep_alive<1, 5>())
+      .def(nb::init<const Layout&, nb::object, nb::list, const CacheSpec&, int, const TPContext*>(), nb::arg("layout"),
+           nb::arg("model"), nb::arg("layers"), nb::arg("caches"), nb::arg("threads") = 0,
+           nb::arg("tp").none() = nb::none(), nb::keep_alive<1, 2>(), nb::keep_alive<1, 5>())
       .def("prepare_step", &NativeLayers::prepare_step, nb::arg("seqs"))
       .def("embed", &NativeLayers::embed)
       .def("forward_layer", &NativeLayers::forward_layer, nb::arg("layer"), nb::arg("x").noconvert())

@@ -4,22 +4,35 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "model/tp_shard.h"
 #include "ref/check_model.h"
 #include "ref/linear.h"
 #include "ref/norm.h"
 
 namespace m3::ref {
 
+namespace {
+ModelSpec rank_spec(const PreparedLayout& L, const Communicator* comm) {
+  check_ref_spec(L.spec);
+  const int size = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  M3_CHECK(L.opt.tp_size == size && L.opt.tp_rank == rank,
+           "NativeLayers: the tensors are laid out for rank {} of {}, this is rank {} of {}", L.opt.tp_rank,
+           L.opt.tp_size, rank, size);
+  return size > 1 ? tp_rank_spec(L.spec, size) : L.spec;
+}
+}  // namespace
+
 RefLayers::RefLayers(const PreparedLayout& layout, BorrowedLayer model, std::vector<BorrowedLayer> layers,
-                     int num_blocks, std::vector<float*> k, std::vector<float*> v, std::vector<float*> ik, int threads)
+                     int num_blocks, std::vector<float*> k, std::vector<float*> v, std::vector<float*> ik, int threads,
+                     std::shared_ptr<Communicator> comm)
     : layout_(layout),
+      spec_(rank_spec(layout, comm.get())),
+      comm_(std::move(comm)),
       model_(std::move(model)),
       layers_(std::move(layers)),
       pool_(threads),
-      cache_((check_ref_spec(layout.spec), layout.spec), num_blocks, std::move(k), std::move(v), std::move(ik)),
-      rope_(layout.spec.rotary_dim, layout.spec.rope_theta) {
-  M3_CHECK(layout_.opt.tp_size == 1, "NativeLayers (CPU reference): rank {} of {}: one rank only", layout_.opt.tp_rank,
-           layout_.opt.tp_size);
+      cache_(spec_, num_blocks, std::move(k), std::move(v), std::move(ik)),
+      rope_(spec_.rotary_dim, spec_.rope_theta) {
   M3_CHECK(int(layers_.size()) == spec().num_layers, "NativeLayers: {} layers of tensors, the model has {}",
            layers_.size(), spec().num_layers);
   // the model's own tensors, dequantized once (the layers' are dequantized when they run)
@@ -60,7 +73,7 @@ void RefLayers::forward_layer(int l, float* x) {
   M3_CHECK(prepared_, "NativeLayers: forward_layer before prepare_step");
   M3_CHECK(l >= 0 && l < spec().num_layers, "NativeLayers: layer {} of {}", l, spec().num_layers);
   w_.layers[size_t(l)] = dequantize_prepared_layer(layout_, l, reader_of(layers_[size_t(l)]));
-  const ForwardContext c{spec(), w_, cache_, rope_, pool_};
+  const ForwardContext c{spec(), w_, cache_, rope_, pool_, nullptr, nullptr, nullptr, comm_.get()};
   attention_block(c, l, plan_, x);
   ffn_block(c, l, plan_.num_tokens, x);
   w_.layers[size_t(l)] = LayerWeights{};  // no copy kept
@@ -73,7 +86,18 @@ std::vector<float> RefLayers::logits(const float* x) {
   for (int r = 0; r < R; ++r)
     gemma_rms_norm(x + size_t(plan_.out_tokens[size_t(r)]) * H, w_.final_norm.data(), H, spec().rms_eps,
                    xn.data() + size_t(r) * H);
-  linear(w_.lm_head, xn.data(), H, R, out.data(), V, pool_);
+  if (!comm_) {
+    linear(w_.lm_head, xn.data(), H, R, out.data(), V, pool_);
+    return out;
+  }
+  const int N = comm_->size(), Vr = w_.lm_head.rows;  // this rank's vocabulary rows, then every rank's
+  M3_CHECK(Vr * N == V, "NativeLayers: lm_head has {} rows on each of {} ranks, vocab_size is {}", Vr, N, V);
+  std::vector<float> mine(size_t(R) * size_t(Vr)), all(size_t(N) * mine.size());
+  linear(w_.lm_head, xn.data(), H, R, mine.data(), Vr, pool_);
+  comm_->all_gather(mine.data(), all.data(), mine.size() * sizeof(float));
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < N; ++k)
+      std::copy_n(all.data() + (size_t(k) * R + r) * Vr, Vr, out.data() + size_t(r) * V + size_t(k) * Vr);
   return out;
 }
 

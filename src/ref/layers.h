@@ -7,7 +7,10 @@
 //   logits(x) -> [R, vocab]  final norm and lm_head of the rows that return logits
 // The same functions forward_step runs, on the same dequantized values (each layer's borrowed
 // bytes are dequantized when the layer runs; no copy is kept), so a Python loop over the layers
-// gives the engine's logits bit for bit. One rank (tp 1) only.
+// gives the engine's logits bit for bit. Tensor parallelism: with a communicator, this object is rank
+// comm->rank() of comm->size() (the layout must be that rank's), computes with the rank's shapes and
+// caches, sums the O projection's and the FFN's partial outputs over the ranks (in rank order) and
+// gathers the logits, as the engine's ranks do; every rank calls every method in the same order.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -34,9 +37,11 @@ class RefLayers {
   // against the layout: model/prepared_tensors.h check_borrowed); caches: per layer K, V and (sparse
   // layers) index-K fp32 buffers of num_blocks * block_size rows.
   RefLayers(const PreparedLayout& layout, BorrowedLayer model, std::vector<BorrowedLayer> layers, int num_blocks,
-            std::vector<float*> k, std::vector<float*> v, std::vector<float*> ik, int threads);
+            std::vector<float*> k, std::vector<float*> v, std::vector<float*> ik, int threads,
+            std::shared_ptr<Communicator> comm = nullptr);
 
-  const ModelSpec& spec() const { return layout_.spec; }
+  // The shapes this rank computes with (model/tp_shard.h; the model's at one rank).
+  const ModelSpec& spec() const { return spec_; }
   const StepPlan& plan() const { return plan_; }
   void prepare_step(const StepBatch& batch);
   std::vector<float> embed() const;
@@ -49,6 +54,8 @@ class RefLayers {
   ArenaReader reader_of(const BorrowedLayer& t) const;
 
   PreparedLayout layout_;
+  ModelSpec spec_;
+  std::shared_ptr<Communicator> comm_;
   BorrowedLayer model_;
   std::vector<BorrowedLayer> layers_;
   ThreadPool pool_;

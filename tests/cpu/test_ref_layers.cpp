@@ -16,6 +16,10 @@
 #include "model/synthetic.h"
 #include "ref/engine.h"
 #include "ref/layers.h"
+#include "model/tp_shard.h"
+#include "runtime/communicator.h"
+
+#include <thread>
 
 using namespace m3;
 
@@ -106,4 +110,99 @@ TEST(RefLayers, ALayerLoopOverBorrowedTensorsIsTheEngineBitwise) {
   if (!spec.sparse(0)) EXPECT_THROW(ref::RefLayers(L, borrow(model_tensor_specs(L)), layers, blocks, kp, vp, bad_ik, 1), Error);
   std::vector<ref::BorrowedLayer> short_layers(layers.begin(), layers.end() - 1);
   EXPECT_THROW(ref::RefLayers(L, borrow(model_tensor_specs(L)), short_layers, blocks, kp, vp, ikp, 1), Error);
+}
+
+TEST(RefLayers, TensorParallelRanksAreTheEngineRanksBitwise) {
+  // two RefLayers ranks (threads, an in-process group), each over its own rank arena's bytes and its
+  // own caches, against the engine's TP 2 over the same two arenas dequantized: the same logits bit
+  // for bit on both ranks (partial sums added in rank order, logits gathered)
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const ModelSpec spec = synthetic_preset("tiny");
+  SyntheticOptions so;
+  so.seed = seed;
+  const ModelWeights w = synthetic_weights(spec, so);
+  constexpr int N = 2;
+  const ModelSpec rs = tp_rank_spec(spec, N);
+  std::vector<PreparedLayout> L;
+  std::vector<std::vector<uint8_t>> arena(N);
+  ThreadPool pool(2);
+  for (int r = 0; r < N; ++r) {
+    PrepareOptions po;
+    po.tp_rank = r;
+    po.tp_size = N;
+    L.push_back(plan_prepared(spec, po));
+    arena[size_t(r)].assign(L.back().total_bytes, 0);
+    HostArenaSink sink(arena[size_t(r)]);
+    fill_prepared(L.back(), *make_weight_source(w), sink, pool);
+  }
+  const int blocks = 8, slots = blocks * spec.index_block;
+  ref::RefOptions ro{blocks, 2};
+  ro.tp = N;
+  auto engine = ref::make_ref_backend_from_ranks(
+      spec, [&](int r) { return dequantize_prepared(L[size_t(r)], host_arena_reader(arena[size_t(r)])); }, ro);
+  LocalGroup group(N);
+  std::vector<std::unique_ptr<ref::RefLayers>> ranks;
+  std::vector<std::vector<std::vector<float>>> bufs(N);  // per rank: k, v, ik of every layer
+  for (int r = 0; r < N; ++r) {
+    auto borrow = [&](const std::vector<TensorSpec>& v) {
+      ref::BorrowedLayer b;
+      for (const TensorSpec& t : v) b.emplace_back(t, arena[size_t(r)].data() + t.offset);
+      return b;
+    };
+    std::vector<ref::BorrowedLayer> layers;
+    std::vector<float*> k, v, ik;
+    for (int l = 0; l < spec.num_layers; ++l) {
+      layers.push_back(borrow(layer_tensor_specs(L[size_t(r)], l)));
+      for (int part = 0; part < 3; ++part) {
+        const int64_t width = part < 2 ? rs.kv_dim() : rs.index_dim;
+        bufs[size_t(r)].emplace_back(part < 2 || spec.sparse(l) ? size_t(slots * width) : 0, NAN);
+      }
+      const size_t at = bufs[size_t(r)].size() - 3;
+      k.push_back(bufs[size_t(r)][at].data());
+      v.push_back(bufs[size_t(r)][at + 1].data());
+      ik.push_back(spec.sparse(l) ? bufs[size_t(r)][at + 2].data() : nullptr);
+    }
+    ranks.push_back(std::make_unique<ref::RefLayers>(L[size_t(r)], borrow(model_tensor_specs(L[size_t(r)])), layers,
+                                                     blocks, k, v, ik, 1, group.rank(r)));
+  }
+  std::vector<int32_t> seq;
+  for (int i = 0; i < 1 + int(rng() % 70); ++i) seq.push_back(int32_t(rng() % unsigned(spec.vocab_size)));
+  const std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
+  int done = 0;
+  size_t compared = 0;
+  for (int step = 0; step < 6; ++step) {
+    StepBatch b;
+    SeqStep q;
+    q.start_pos = done;
+    q.tokens.assign(seq.begin() + done, seq.end());
+    q.block_table = table;
+    b.seqs.push_back(q);
+    const StepOutput want = engine->step(b);
+    std::vector<std::vector<float>> got(N);
+    std::vector<std::thread> th;
+    for (int r = 0; r < N; ++r)
+      th.emplace_back([&, r] {
+        ref::RefLayers& rl = *ranks[size_t(r)];
+        rl.prepare_step(b);
+        std::vector<float> x = rl.embed();
+        for (int l = 0; l < spec.num_layers; ++l) rl.forward_layer(l, x.data());
+        got[size_t(r)] = rl.logits(x.data());
+      });
+    for (auto& t : th) t.join();
+    for (int r = 0; r < N; ++r) {
+      ASSERT_EQ(got[size_t(r)].size(), want.logits.size());
+      EXPECT_EQ(std::memcmp(got[size_t(r)].data(), want.logits.data(), want.logits.size() * 4), 0)
+          << "step " << step << " rank " << r;
+    }
+    compared += want.logits.size();
+    done = int(seq.size());
+    seq.push_back(int32_t(std::max_element(want.logits.begin(), want.logits.end()) - want.logits.begin()));
+  }
+  std::printf("  [ref layers tp2] %zu logits bitwise the engine's on both ranks\n", compared);
+  // a rank's tensors under another rank's communicator are refused
+  LocalGroup g2(N);
+  auto c1 = g2.rank(1);
+  EXPECT_THROW(ref::RefLayers(L[0], {}, {}, blocks, {}, {}, {}, 1, std::move(c1)), Error);
 }

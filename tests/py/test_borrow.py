@@ -204,5 +204,65 @@ check(ok, f"a CacheSpec of another Layout is refused: {msg}")
 ok, msg = refused(lambda: nl.forward_layers(3, 1, x), "[3, 1) is not a range")
 check(ok, f"a backwards layer range is refused: {msg}")
 
+# tensor parallelism: two ranks as Python threads, each over its own rank arena, specs and caches
+import threading  # noqa: E402
+
+group = m3mono.TPGroup(2)
+rank_nl, rank_lay = [], []
+for r in range(2):
+    rl = m3mono.Layout(model, tp_rank=r, tp_size=2)
+    ra = m3mono.prepared_arrays(rl)
+    rm = m3mono.LayerSpec(rl, -1, ra["model"])
+    rs = [m3mono.LayerSpec(rl, l, ra["layers"][l]) for l in range(rl.num_layers)]
+    rc = []
+    for l in range(rl.num_layers):
+        c = {"k": np.full((slots, kv_dim // 2), np.nan, np.float32),
+             "v": np.full((slots, kv_dim // 2), np.nan, np.float32)}
+        if "iq_norm" in {t["name"] for t in rl.layer_tensors(l)}:
+            c["ik"] = np.full((slots, info["index_head_dim"]), np.nan, np.float32)
+        rc.append(c)
+    rank_lay.append(rl)
+    rank_nl.append((rl, rm, rs, m3mono.CacheSpec(rl, blocks, rc)))
+ctxs = [group.rank(r) for r in range(2)]
+nls = [None, None]
+
+
+def build(r):
+    rl, rm, rs, rc = rank_nl[r]
+    nls[r] = m3mono.NativeLayers(rl, rm, rs, rc, threads=1, tp=ctxs[r])
+
+
+ts = [threading.Thread(target=build, args=(r,)) for r in range(2)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+check(all(n is not None for n in nls), "tp 2: both ranks' NativeLayers built")
+seq = list(prompts[0])
+tp_done = 0
+same = True
+for step in range(4):
+    out = [None, None]
+
+    def run(r):
+        nl_r = nls[r]
+        nl_r.prepare_step([(tp_done, seq[tp_done:], tables[0])])
+        xr = nl_r.embed()
+        nl_r.forward_layers(0, rank_lay[r].num_layers, xr)
+        out[r] = nl_r.logits(xr)
+
+    ts = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    same = same and out[0] is not None and out[1] is not None and np.array_equal(out[0], out[1]) and \
+        out[0].shape == (1, vocab) and np.isfinite(out[0]).all()
+    tp_done = len(seq)
+    seq.append(int(np.argmax(out[0][0])))
+check(same, f"tp 2: both ranks return the same full-vocabulary logits every step (ids {seq[len(prompts[0]):]})")
+ok, msg = refused(lambda: m3mono.NativeLayers(rank_nl[1][0], rank_nl[1][1], rank_nl[1][2], rank_nl[1][3],
+                                              tp=m3mono.TPGroup(2).rank(0)), "rank 1 of 2", "rank 0 of 2")
+check(ok, f"a rank's tensors under another rank's context are refused: {msg}")
+ok, msg = refused(lambda: m3mono.NativeLayers(rank_nl[0][0], rank_nl[0][1], rank_nl[0][2], rank_nl[0][3]),
+                  "rank 0 of 2", "rank 0 of 1")
+check(ok, f"a rank's tensors without a context are refused: {msg}")
+
 print(f"{len(fails)} failure(s)")
 sys.exit(1 if fails else 0)
