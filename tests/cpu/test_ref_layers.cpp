@@ -23,6 +23,36 @@
 
 using namespace m3;
 
+namespace {
+
+// One rank's prepared arena filled on the host from w, and its tensors borrowed by name.
+struct HostArena {
+  PreparedLayout L;
+  std::vector<uint8_t> bytes;
+  HostArena(const ModelSpec& spec, const ModelWeights& w, int rank, int tp) {
+    PrepareOptions po;
+    po.tp_rank = rank;
+    po.tp_size = tp;
+    L = plan_prepared(spec, po);
+    bytes.assign(L.total_bytes, 0);
+    HostArenaSink sink(bytes);
+    ThreadPool pool(2);
+    fill_prepared(L, *make_weight_source(w), sink, pool);
+  }
+  ref::BorrowedLayer borrow(const std::vector<TensorSpec>& v) const {
+    ref::BorrowedLayer b;
+    for (const TensorSpec& t : v) b.emplace_back(t, bytes.data() + t.offset);
+    return b;
+  }
+  std::vector<ref::BorrowedLayer> layers() const {
+    std::vector<ref::BorrowedLayer> v;
+    for (int l = 0; l < int(L.layers.size()); ++l) v.push_back(borrow(layer_tensor_specs(L, l)));
+    return v;
+  }
+};
+
+}  // namespace
+
 TEST(RefLayers, ALayerLoopOverBorrowedTensorsIsTheEngineBitwise) {
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -31,18 +61,11 @@ TEST(RefLayers, ALayerLoopOverBorrowedTensorsIsTheEngineBitwise) {
   SyntheticOptions so;
   so.seed = seed;
   const ModelWeights w = synthetic_weights(spec, so);
-  const PreparedLayout L = plan_prepared(spec, {});
-  std::vector<uint8_t> arena(L.total_bytes, 0);
-  HostArenaSink sink(arena);
-  ThreadPool pool(2);
-  fill_prepared(L, *make_weight_source(w), sink, pool);
-  auto borrow = [&](const std::vector<TensorSpec>& v) {
-    ref::BorrowedLayer b;
-    for (const TensorSpec& t : v) b.emplace_back(t, arena.data() + t.offset);
-    return b;
-  };
-  std::vector<ref::BorrowedLayer> layers;
-  for (int l = 0; l < spec.num_layers; ++l) layers.push_back(borrow(layer_tensor_specs(L, l)));
+  const HostArena ha(spec, w, 0, 1);
+  const PreparedLayout& L = ha.L;
+  const std::vector<uint8_t>& arena = ha.bytes;
+  auto borrow = [&](const std::vector<TensorSpec>& v) { return ha.borrow(v); };
+  const std::vector<ref::BorrowedLayer> layers = ha.layers();
   const int blocks = 12, slots = blocks * spec.index_block;
   std::vector<std::vector<float>> k, v, ik;
   std::vector<float*> kp, vp, ikp;
@@ -125,36 +148,22 @@ TEST(RefLayers, TensorParallelRanksAreTheEngineRanksBitwise) {
   const ModelWeights w = synthetic_weights(spec, so);
   constexpr int N = 2;
   const ModelSpec rs = tp_rank_spec(spec, N);
+  std::vector<std::unique_ptr<HostArena>> ha;
+  for (int r = 0; r < N; ++r) ha.push_back(std::make_unique<HostArena>(spec, w, r, N));
   std::vector<PreparedLayout> L;
-  std::vector<std::vector<uint8_t>> arena(N);
-  ThreadPool pool(2);
-  for (int r = 0; r < N; ++r) {
-    PrepareOptions po;
-    po.tp_rank = r;
-    po.tp_size = N;
-    L.push_back(plan_prepared(spec, po));
-    arena[size_t(r)].assign(L.back().total_bytes, 0);
-    HostArenaSink sink(arena[size_t(r)]);
-    fill_prepared(L.back(), *make_weight_source(w), sink, pool);
-  }
+  for (int r = 0; r < N; ++r) L.push_back(ha[size_t(r)]->L);
   const int blocks = 8, slots = blocks * spec.index_block;
   ref::RefOptions ro{blocks, 2};
   ro.tp = N;
   auto engine = ref::make_ref_backend_from_ranks(
-      spec, [&](int r) { return dequantize_prepared(L[size_t(r)], host_arena_reader(arena[size_t(r)])); }, ro);
+      spec, [&](int r) { return dequantize_prepared(L[size_t(r)], host_arena_reader(ha[size_t(r)]->bytes)); }, ro);
   LocalGroup group(N);
   std::vector<std::unique_ptr<ref::RefLayers>> ranks;
   std::vector<std::vector<std::vector<float>>> bufs(N);  // per rank: k, v, ik of every layer
   for (int r = 0; r < N; ++r) {
-    auto borrow = [&](const std::vector<TensorSpec>& v) {
-      ref::BorrowedLayer b;
-      for (const TensorSpec& t : v) b.emplace_back(t, arena[size_t(r)].data() + t.offset);
-      return b;
-    };
-    std::vector<ref::BorrowedLayer> layers;
+    const std::vector<ref::BorrowedLayer> layers = ha[size_t(r)]->layers();
     std::vector<float*> k, v, ik;
     for (int l = 0; l < spec.num_layers; ++l) {
-      layers.push_back(borrow(layer_tensor_specs(L[size_t(r)], l)));
       for (int part = 0; part < 3; ++part) {
         const int64_t width = part < 2 ? rs.kv_dim() : rs.index_dim;
         bufs[size_t(r)].emplace_back(part < 2 || spec.sparse(l) ? size_t(slots * width) : 0, NAN);
@@ -164,7 +173,7 @@ TEST(RefLayers, TensorParallelRanksAreTheEngineRanksBitwise) {
       v.push_back(bufs[size_t(r)][at + 1].data());
       ik.push_back(spec.sparse(l) ? bufs[size_t(r)][at + 2].data() : nullptr);
     }
-    ranks.push_back(std::make_unique<ref::RefLayers>(L[size_t(r)], borrow(model_tensor_specs(L[size_t(r)])), layers,
+    ranks.push_back(std::make_unique<ref::RefLayers>(L[size_t(r)], ha[size_t(r)]->borrow(model_tensor_specs(L[size_t(r)])), layers,
                                                      blocks, k, v, ik, 1, group.rank(r)));
   }
   std::vector<int32_t> seq;
