@@ -90,6 +90,13 @@ struct Planner {
 
 }  // namespace
 
+ModelSpec prepared_rank_spec(const PreparedLayout& L, int rank, int size, const char* what) {
+  M3_CHECK(L.opt.tp_size == size && L.opt.tp_rank == rank,
+           "{}: the prepared weights are rank {} of {}, this runs rank {} of {}{}", what, L.opt.tp_rank, L.opt.tp_size,
+           rank, size, size == 1 && L.opt.tp_size > 1 ? " (tensor parallelism needs the rank's communicator)" : "");
+  return size > 1 ? tp_rank_spec(L.spec, size) : L.spec;
+}
+
 PreparedLayout plan_prepared(const ModelSpec& spec, const PrepareOptions& opt) {
   spec.validate();
   const int tp = opt.tp_size;

@@ -98,6 +98,10 @@ struct PreparedLayout {
 // Throws (naming the field) when the spec cannot be split over opt.tp_size ranks.
 PreparedLayout plan_prepared(const ModelSpec& spec, const PrepareOptions& opt = {});
 
+// The shapes the layout's rank computes with (model/tp_shard.h tp_rank_spec; the model's at one
+// rank). Throws naming `what` unless the layout is rank `rank` of `size` (the communicator's).
+ModelSpec prepared_rank_spec(const PreparedLayout& layout, int rank, int size, const char* what);
+
 // A model's weights as a row source: rows [row0, row0 + nrows) of one tensor, columns
 // [col0, col0 + ncols), converted to fp32 into out (row-major, ncols per row). Vectors are one row.
 // Must be callable from several threads at once.

@@ -12,7 +12,6 @@
 #include <map>
 #include <string>
 
-#include "model/tp_shard.h"
 #include "native/collective.h"
 #include "native/cuda_check.h"
 #include "native/device_comm.h"
@@ -92,18 +91,13 @@ DeviceKvCache* cache_for(const ModelSpec& spec, const CudaBackendOptions& o, Dev
   return borrowed;
 }
 
-const ModelSpec& spec_of(const std::shared_ptr<const PreparedWeights>& w, const DeviceComm* comm) {
+const ModelSpec& spec_of(const std::shared_ptr<const PreparedWeights>& w) {
   M3_CHECK(w != nullptr, "cuda backend: no prepared weights");
-  const PreparedLayout& L = w->layout();
-  const int size = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
-  M3_CHECK(L.opt.tp_size == size && L.opt.tp_rank == rank,
-           "cuda backend: prepared weights are rank {} of {}; this backend runs rank {} of {}{}", L.opt.tp_rank,
-           L.opt.tp_size, rank, size, comm ? "" : " (tensor parallelism needs CudaBackendOptions::comm)");
   return w->spec();
 }
-// The shapes one rank computes with (the cache's heads).
-ModelSpec rank_spec_of(const ModelSpec& spec, const DeviceComm* comm) {
-  return comm && comm->size() > 1 ? tp_rank_spec(spec, comm->size()) : spec;
+// The shapes one rank computes with (the cache's heads); the weights must be the comm's rank.
+ModelSpec rank_spec_of(const PreparedWeights& w, const DeviceComm* comm) {
+  return prepared_rank_spec(w.layout(), comm ? comm->rank() : 0, comm ? comm->size() : 1, "cuda backend");
 }
 
 int select_device(int device) {
@@ -116,8 +110,8 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendImpl(std::shared_ptr<const PreparedWeights> w, const CudaBackendOptions& opt,
                   DeviceKvCache* borrowed_cache = nullptr)
       : device_(select_device(opt.device)),
-        spec_(spec_of(w, opt.comm.get())),
-        rank_spec_(rank_spec_of(spec_, opt.comm.get())),
+        spec_(spec_of(w)),
+        rank_spec_(rank_spec_of(*w, opt.comm.get())),
         opt_(checked(opt, rank_spec_, borrowed_cache)),
         cache_(cache_for(rank_spec_, opt_, borrowed_cache, own_cache_)),
         fw_(std::move(w), *cache_,

@@ -107,7 +107,7 @@ class CudaTpBackend final : public Backend {
     const int N = opt.tp;
     const int gpus = visible_devices();
     M3_CHECK(gpus > 0, "cuda tp: no CUDA device is visible");
-    engine_ = cuda_tp_comm_choice(opt, &why_);
+    engine_ = cuda_tp_comm_choice(opt);
     for (int r = 0; r < N; ++r) {
       const int dev = opt.devices.empty() ? r % gpus : opt.devices[size_t(r)];
       threads_.push_back(std::make_unique<RankThread>(dev));
@@ -183,8 +183,12 @@ class CudaTpBackend final : public Backend {
       for (int r = 0; r < N; ++r) {
         if (done[size_t(r)]) continue;
         std::exception_ptr e;
-        const auto until = aborted ? clock::time_point::max() : std::min(deadline, clock::now() + std::chrono::milliseconds(20));
-        if (!threads_[size_t(r)]->wait_until(until, &e)) continue;
+        if (aborted) {
+          e = threads_[size_t(r)]->wait();  // its collectives fail now
+        } else if (!threads_[size_t(r)]->wait_until(std::min(deadline, clock::now() + std::chrono::milliseconds(20)),
+                                                    &e)) {
+          continue;
+        }
         done[size_t(r)] = 1;
         --left;
         if (e && !first) {
@@ -233,7 +237,7 @@ class CudaTpBackend final : public Backend {
   }
 
   CudaTpOptions opt_;
-  std::string engine_, why_;
+  std::string engine_;
   int64_t steps_ = 0;
   ModelSpec spec_;
   std::vector<std::unique_ptr<RankThread>> threads_;

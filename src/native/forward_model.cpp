@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "core/codecs.h"
-#include "model/tp_shard.h"
 #include "native/attention.h"
 #include "native/cuda_check.h"
 
@@ -13,15 +12,9 @@ namespace m3::native {
 namespace {
 constexpr int kMaxAttnChunks = 256;  // chunk states per row (the combine's shared memory)
 int64_t round4(int64_t v) { return (v + 3) / 4 * 4; }
-// The rank's shapes; the arena must be the shard of the communicator's rank.
 ModelSpec rank_spec_of(const std::shared_ptr<const PreparedWeights>& w, const DeviceComm* comm) {
   M3_CHECK(w != nullptr, "forward: no prepared weights");
-  const PrepareOptions& o = w->layout().opt;
-  const int size = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
-  M3_CHECK(o.tp_size == size && o.tp_rank == rank,
-           "forward: the prepared weights are rank {} of {}, the forward runs rank {} of {}", o.tp_rank, o.tp_size,
-           rank, size);
-  return o.tp_size > 1 ? tp_rank_spec(w->spec(), o.tp_size) : w->spec();
+  return prepared_rank_spec(w->layout(), comm ? comm->rank() : 0, comm ? comm->size() : 1, "forward");
 }
 }  // namespace
 

@@ -25,7 +25,6 @@
 #include "model/prepare.h"
 #include "model/prepared_tensors.h"
 #include "model/safetensors.h"
-#include "model/tp_shard.h"
 #include "model/weight_table.h"
 #include "runtime/communicator.h"
 #include "ref/layers.h"
@@ -128,7 +127,7 @@ class Layout {
     po.router_bf16 = router_dtype == "bfloat16";
     dir_ = model_dir;
     layout_ = plan_prepared(load_model_spec(model_dir), po);
-    rank_spec_ = tp_size > 1 ? tp_rank_spec(layout_.spec, tp_size) : layout_.spec;
+    rank_spec_ = prepared_rank_spec(layout_, tp_rank, tp_size, "Layout");
   }
   const PreparedLayout& layout() const { return layout_; }
   const ModelSpec& rank_spec() const { return rank_spec_; }  // the shapes the rank computes with

@@ -4,29 +4,18 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "model/tp_shard.h"
 #include "ref/check_model.h"
 #include "ref/linear.h"
 #include "ref/norm.h"
 
 namespace m3::ref {
 
-namespace {
-ModelSpec rank_spec(const PreparedLayout& L, const Communicator* comm) {
-  check_ref_spec(L.spec);
-  const int size = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
-  M3_CHECK(L.opt.tp_size == size && L.opt.tp_rank == rank,
-           "NativeLayers: the tensors are laid out for rank {} of {}, this is rank {} of {}", L.opt.tp_rank,
-           L.opt.tp_size, rank, size);
-  return size > 1 ? tp_rank_spec(L.spec, size) : L.spec;
-}
-}  // namespace
-
 RefLayers::RefLayers(const PreparedLayout& layout, BorrowedLayer model, std::vector<BorrowedLayer> layers,
                      int num_blocks, std::vector<float*> k, std::vector<float*> v, std::vector<float*> ik, int threads,
                      std::shared_ptr<Communicator> comm)
     : layout_(layout),
-      spec_(rank_spec(layout, comm.get())),
+      spec_((check_ref_spec(layout.spec),
+             prepared_rank_spec(layout, comm ? comm->rank() : 0, comm ? comm->size() : 1, "NativeLayers"))),
       comm_(std::move(comm)),
       model_(std::move(model)),
       layers_(std::move(layers)),

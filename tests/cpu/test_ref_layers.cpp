@@ -51,6 +51,25 @@ struct HostArena {
   }
 };
 
+// One rank's fp32 caches (rs: the rank's shapes), NaN-poisoned, and the pointers RefLayers borrows.
+struct Caches {
+  std::vector<std::vector<float>> k, v, ik;
+  std::vector<float*> kp, vp, ikp;
+  Caches(const ModelSpec& rs, int blocks) {
+    const size_t slots = size_t(blocks) * size_t(rs.index_block);
+    for (int l = 0; l < rs.num_layers; ++l) {
+      k.emplace_back(slots * rs.kv_dim(), NAN);
+      v.emplace_back(slots * rs.kv_dim(), NAN);
+      ik.emplace_back(rs.sparse(l) ? slots * rs.index_dim : 0, NAN);
+    }
+    for (int l = 0; l < rs.num_layers; ++l) {
+      kp.push_back(k[size_t(l)].data());
+      vp.push_back(v[size_t(l)].data());
+      ikp.push_back(rs.sparse(l) ? ik[size_t(l)].data() : nullptr);
+    }
+  }
+};
+
 }  // namespace
 
 TEST(RefLayers, ALayerLoopOverBorrowedTensorsIsTheEngineBitwise) {
@@ -67,18 +86,9 @@ TEST(RefLayers, ALayerLoopOverBorrowedTensorsIsTheEngineBitwise) {
   auto borrow = [&](const std::vector<TensorSpec>& v) { return ha.borrow(v); };
   const std::vector<ref::BorrowedLayer> layers = ha.layers();
   const int blocks = 12, slots = blocks * spec.index_block;
-  std::vector<std::vector<float>> k, v, ik;
-  std::vector<float*> kp, vp, ikp;
-  for (int l = 0; l < spec.num_layers; ++l) {
-    k.emplace_back(size_t(slots) * spec.kv_dim(), NAN);
-    v.emplace_back(size_t(slots) * spec.kv_dim(), NAN);
-    ik.emplace_back(spec.sparse(l) ? size_t(slots) * spec.index_dim : 0, NAN);
-  }
-  for (int l = 0; l < spec.num_layers; ++l) {
-    kp.push_back(k[size_t(l)].data());
-    vp.push_back(v[size_t(l)].data());
-    ikp.push_back(spec.sparse(l) ? ik[size_t(l)].data() : nullptr);
-  }
+  Caches c(spec, blocks);
+  auto& k = c.k;
+  const auto &kp = c.kp, &vp = c.vp, &ikp = c.ikp;
   ref::RefLayers rl(L, borrow(model_tensor_specs(L)), layers, blocks, kp, vp, ikp, 2);
   auto engine = ref::make_ref_backend(spec, dequantize_prepared(L, host_arena_reader(arena)), ref::RefOptions{blocks, 2});
 
@@ -152,27 +162,18 @@ TEST(RefLayers, TensorParallelRanksAreTheEngineRanksBitwise) {
   for (int r = 0; r < N; ++r) ha.push_back(std::make_unique<HostArena>(spec, w, r, N));
   std::vector<PreparedLayout> L;
   for (int r = 0; r < N; ++r) L.push_back(ha[size_t(r)]->L);
-  const int blocks = 8, slots = blocks * spec.index_block;
+  const int blocks = 8;
   ref::RefOptions ro{blocks, 2};
   ro.tp = N;
   auto engine = ref::make_ref_backend_from_ranks(
       spec, [&](int r) { return dequantize_prepared(L[size_t(r)], host_arena_reader(ha[size_t(r)]->bytes)); }, ro);
   LocalGroup group(N);
   std::vector<std::unique_ptr<ref::RefLayers>> ranks;
-  std::vector<std::vector<std::vector<float>>> bufs(N);  // per rank: k, v, ik of every layer
+  std::vector<std::unique_ptr<Caches>> caches;
   for (int r = 0; r < N; ++r) {
     const std::vector<ref::BorrowedLayer> layers = ha[size_t(r)]->layers();
-    std::vector<float*> k, v, ik;
-    for (int l = 0; l < spec.num_layers; ++l) {
-      for (int part = 0; part < 3; ++part) {
-        const int64_t width = part < 2 ? rs.kv_dim() : rs.index_dim;
-        bufs[size_t(r)].emplace_back(part < 2 || spec.sparse(l) ? size_t(slots * width) : 0, NAN);
-      }
-      const size_t at = bufs[size_t(r)].size() - 3;
-      k.push_back(bufs[size_t(r)][at].data());
-      v.push_back(bufs[size_t(r)][at + 1].data());
-      ik.push_back(spec.sparse(l) ? bufs[size_t(r)][at + 2].data() : nullptr);
-    }
+    caches.push_back(std::make_unique<Caches>(rs, blocks));
+    const auto &k = caches.back()->kp, &v = caches.back()->vp, &ik = caches.back()->ikp;
     ranks.push_back(std::make_unique<ref::RefLayers>(L[size_t(r)], ha[size_t(r)]->borrow(model_tensor_specs(L[size_t(r)])), layers,
                                                      blocks, k, v, ik, 1, group.rank(r)));
   }

@@ -1,4 +1,4 @@
-"""The library level of the Python module (issue 16), run by tests/scripts/python_borrow.sh:
+"""The library level of the Python module (issue 16), run by tests/scripts/python_module.sh:
 - Layout lists every tensor of a layer as the prepared arena stores it (names, storage, shapes),
   per tensor-parallel rank (the rank's shapes: tp 2 halves the heads' rows and the expert widths);
 - prepared_arrays hands out the arena filled from the checkpoint as numpy arrays, and LayerSpec

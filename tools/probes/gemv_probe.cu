@@ -11,7 +11,10 @@
 // Activations: fp32 from global memory per block (as native), or split once into bf16 hi / lo
 // words in shared memory by the CTA before its walk ("smem").
 // Build: nvcc -O3 -std=c++20 -arch=sm_90a -I src -o gemv_probe tools/probes/gemv_probe.cu
-// Run:   ./gemv_probe [reps]   (prints one line per shape and variant: median us, TB/s, bits)
+//   fma   : (2026-12-05) the projection on the CUDA cores, one warp per R rows over the whole K
+//           (fma_kernel; the same bits at every M), beside the plain read and the tiled walks.
+// Run:   ./gemv_probe [reps] [fma]   (prints one line per shape and variant: median us, TB/s, bits;
+//        `fma`: only the fma rows and what they are compared with)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -560,8 +563,7 @@ int main(int argc, char** argv) {
     const int P = native_p;
     using W = Walk;
     using G = Act;
-    auto run_fma = [&](auto kern, int M, int R, int U, int ctas_per_row_block) {
-      (void)ctas_per_row_block;
+    auto run_fma = [&](auto kern, int M, int R, int U) {
       Args a{w, sc, x, y, part, cnt, s.N, s.K, 0, 0, 0};
       CK(cudaMemset(y, 0xff, 4 * s.N * 4));
       const int warps = (s.N + R - 1) / R, grid = (warps + 7) / 8;
@@ -574,39 +576,33 @@ int main(int argc, char** argv) {
     if (fma_only) {
       run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, P, "TILED walk U=3 scale early (native)", true, false, 1);
       run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, 16, "TILED walk U=3 scale early", true, false, 1);
-      run_fma(fma_kernel<1, 1, 4>, 1, 1, 4, 0);
-      run_fma(fma_kernel<1, 1, 8>, 1, 1, 8, 0);
-      run_fma(fma_kernel<1, 2, 4>, 1, 2, 4, 0);
-      run_fma(fma_kernel<1, 4, 2>, 1, 4, 2, 0);
-      run_fma(fma_kernel<1, 4, 4>, 1, 4, 4, 0);
-      run_fma(fma_kernel<2, 2, 4>, 2, 2, 4, 0);
-      run_fma(fma_kernel<4, 1, 4>, 4, 1, 4, 0);
-      run_fma(fma_kernel<4, 2, 4>, 4, 2, 4, 0);
-      run_fma(fma_kernel<4, 4, 2>, 4, 4, 2, 0);
-      CK(cudaFree(w));
-      CK(cudaFree(x));
-      CK(cudaFree(sc));
-      CK(cudaFree(y));
-      CK(cudaFree(part));
-      CK(cudaFree(cnt));
-      CK(cudaFree(out));
-      continue;
+      run_fma(fma_kernel<1, 1, 4>, 1, 1, 4);
+      run_fma(fma_kernel<1, 1, 8>, 1, 1, 8);
+      run_fma(fma_kernel<1, 2, 4>, 1, 2, 4);
+      run_fma(fma_kernel<1, 4, 2>, 1, 4, 2);
+      run_fma(fma_kernel<1, 4, 4>, 1, 4, 4);
+      run_fma(fma_kernel<2, 2, 4>, 2, 2, 4);
+      run_fma(fma_kernel<4, 1, 4>, 4, 1, 4);
+      run_fma(fma_kernel<4, 2, 4>, 4, 2, 4);
+      run_fma(fma_kernel<4, 4, 2>, 4, 4, 2);
     }
-    run_tile(tile_kernel<W::Walk, G::Global, 3>, P, "walk U=3 (native)", false, false);
-    run_tile(tile_kernel<W::Loads, G::Global, 3>, P, "loads only U=3", true, false);
-    run_tile(tile_kernel<W::Loads, G::Global, 3, Cmp::Bf16, 4>, P, "loads only U=3 + epilogue", true, false);
-    run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, P, "walk U=3 scale early", false, false);
-    run_tile(tile_kernel<W::Walk, G::Smem, 3, Cmp::Bf16, 3>, P, "walk U=3 smem-act early, scale early", false, true);
-    run_tile(tile_kernel<W::Walk, G::Smem, 3, Cmp::NoDecode, 3>, P, "... no decode", true, true);
-    run_tile(tile_kernel<W::Walk, G::Smem, 3, Cmp::NoMma, 3>, P, "... no MMAs", true, true);
-    run_tile(tile_kernel<W::Walk, G::Smem, 3, Cmp::F16, 3>, 100 + P, "... f16 decode and MMAs", false, true);
-    run_tile(tile_kernel<W::Rotate, G::Smem, 3, Cmp::Bf16, 1>, P, "rotate U=3 smem-act, scale early", false, true);
-    run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 9>, P, "walk U=3 scale early, no branch", false, false);
-    run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 17>, P, "walk U=3 guard, scale early", false, false);
-    run_tile(tile_kernel<W::Loads, G::Global, 3>, P, "TILED loads only U=3", true, false, 1);
-    run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, P, "TILED walk U=3 scale early", true, false, 1);
-    run_tile(tile_kernel<W::Walk, G::Global, 3>, 16, "walk U=3", false, false);
-    run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, 16, "TILED walk U=3 scale early", true, false, 1);
+    if (!fma_only) {
+      run_tile(tile_kernel<W::Walk, G::Global, 3>, P, "walk U=3 (native)", false, false);
+      run_tile(tile_kernel<W::Loads, G::Global, 3>, P, "loads only U=3", true, false);
+      run_tile(tile_kernel<W::Loads, G::Global, 3, Cmp::Bf16, 4>, P, "loads only U=3 + epilogue", true, false);
+      run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, P, "walk U=3 scale early", false, false);
+      run_tile(tile_kernel<W::Walk, G::Smem, 3, Cmp::Bf16, 3>, P, "walk U=3 smem-act early, scale early", false, true);
+      run_tile(tile_kernel<W::Walk, G::Smem, 3, Cmp::NoDecode, 3>, P, "... no decode", true, true);
+      run_tile(tile_kernel<W::Walk, G::Smem, 3, Cmp::NoMma, 3>, P, "... no MMAs", true, true);
+      run_tile(tile_kernel<W::Walk, G::Smem, 3, Cmp::F16, 3>, 100 + P, "... f16 decode and MMAs", false, true);
+      run_tile(tile_kernel<W::Rotate, G::Smem, 3, Cmp::Bf16, 1>, P, "rotate U=3 smem-act, scale early", false, true);
+      run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 9>, P, "walk U=3 scale early, no branch", false, false);
+      run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 17>, P, "walk U=3 guard, scale early", false, false);
+      run_tile(tile_kernel<W::Loads, G::Global, 3>, P, "TILED loads only U=3", true, false, 1);
+      run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, P, "TILED walk U=3 scale early", true, false, 1);
+      run_tile(tile_kernel<W::Walk, G::Global, 3>, 16, "walk U=3", false, false);
+      run_tile(tile_kernel<W::Walk, G::Global, 3, Cmp::Bf16, 1>, 16, "TILED walk U=3 scale early", true, false, 1);
+    }
     CK(cudaFree(w));
     CK(cudaFree(x));
     CK(cudaFree(sc));
