@@ -55,10 +55,10 @@ int run_generate(const GenerateArgs& a) {
   M3_CHECK(a.max_tokens >= 1, "generate: --max-tokens must be >= 1, got {}", a.max_tokens);
   M3_CHECK(a.threads >= 0, "generate: --threads must be >= 0, got {}", a.threads);
   std::vector<int32_t> prompt = parse_token_ids(a.prompt_ids, "generate: --prompt-ids");
-  const SpeculativeOptions so = speculative_options(a.spec, "generate");
 
   auto t0 = std::chrono::steady_clock::now();
   ModelSpec spec = load_model_spec(a.model);
+  const SpeculativeOptions so = speculative_options(a.spec, "generate", a.model, spec);
   BackendChoice check{a.device, a.weights, a.threads};
   check.router_dtype = a.router_dtype;
   check.tp = a.tp;

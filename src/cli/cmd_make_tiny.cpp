@@ -2,8 +2,12 @@
 // released layout (config.json + model.safetensors) that the loader accepts; see
 // model/synthetic.h for the presets and what the files hold. A tokenizer.json in M3's layout,
 // sized to the preset's vocabulary, goes with it (text/tiny_tokenizer.h), and an M3-style
-// chat_template.jinja over its markers (text/tiny_chat_template.h).
+// chat_template.jinja over its markers (text/tiny_chat_template.h). --eagle3 adds a synthetic EAGLE3
+// draft for it in DIR/eagle3 (model/synthetic_eagle3.h).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
 
 #include <chrono>
 #include <cstdio>
@@ -12,6 +16,7 @@
 
 #include "core/check.h"
 #include "model/synthetic.h"
+#include "model/synthetic_eagle3.h"
 #include "text/tiny_files.h"
 
 namespace m3::cli {
@@ -27,6 +32,7 @@ struct MakeTinyArgs {
   bool no_vision = false;
   int shards = 1;
   std::string format = "bf16";
+  bool eagle3 = false, eagle3_reduced = false;
 };
 
 RunFn setup_make_tiny(CLI::App& app) {
@@ -51,6 +57,11 @@ RunFn setup_make_tiny(CLI::App& app) {
                      "that plus FP8 per-tensor attention); config.json carries the release's quantization_config")
       ->capture_default_str();
   app.add_option("--shards", a->shards, "write N shard files + model.safetensors.index.json")->capture_default_str();
+  app.add_flag("--eagle3", a->eagle3,
+               "also write a synthetic EAGLE3 draft for it in OUT/eagle3 (random weights; shares the target's "
+               "embedding and lm_head)");
+  app.add_flag("--eagle3-reduced-vocab", a->eagle3_reduced,
+               "with --eagle3: the draft has its own lm_head over every other token id and a d2t map");
   return [a]() -> int {
     ModelSpec spec = synthetic_preset(a->preset);
     if (!synthetic_preset_writable(a->preset)) {
@@ -79,11 +90,21 @@ RunFn setup_make_tiny(CLI::App& app) {
     };
     uint64_t bytes = write_synthetic_checkpoint(a->out, spec, opt);
     const std::string tokenizer_note = text::write_tiny_text_files(a->out, spec.vocab_size, spec.bos_id, spec.eos_id);
+    M3_CHECK(a->eagle3 || !a->eagle3_reduced, "make-tiny: --eagle3-reduced-vocab goes with --eagle3");
+    std::string draft_note;
+    if (a->eagle3) {
+      SyntheticEagle3Options eo;
+      eo.seed = a->seed;
+      eo.reduced_vocab = a->eagle3_reduced;
+      const Eagle3Spec d = write_synthetic_eagle3(std::filesystem::path(a->out) / "eagle3", spec, eo);
+      draft_note = fmt::format("; EAGLE3 draft in {}/eagle3 (hidden {}, {} heads, aux layers {}, draft vocab {})",
+                               a->out, d.hidden, d.num_heads, fmt::join(d.aux_layers, ","), d.draft_vocab);
+    }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%s\n", fmt::format("wrote {} (preset {}, format {}, seed {}): {} layers ({} sparse), hidden {}, "
                                     "vocab {}, {:.1f} MB of tensors in {:.1f} s{}",
                                     a->out, a->preset, a->format, a->seed, spec.num_layers, spec.num_sparse_layers(), spec.hidden,
-                                    spec.vocab_size, double(bytes) / 1e6, secs, tokenizer_note)
+                                    spec.vocab_size, double(bytes) / 1e6, secs, tokenizer_note + draft_note)
                             .c_str());
     return 0;
   };

@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "model/spec.h"
 #include "runtime/speculative.h"
 
 namespace CLI {
@@ -14,10 +15,14 @@ struct SpeculativeArgs {
   std::string method = "none";
   int num_draft_tokens = 3;
   int ngram_min = 1, ngram_max = 4;
+  std::string draft_model;  // eagle3: the draft checkpoint directory
+  int draft_threads = 0;
 };
 
 void add_speculative_options(CLI::App& app, SpeculativeArgs& a);
-// The options, checked; errors start with `what` (e.g. "generate") and name the flag.
-SpeculativeOptions speculative_options(const SpeculativeArgs& a, const std::string& what);
+// The options, checked; errors start with `what` (e.g. "generate") and name the flag. eagle3 loads
+// the draft (--draft-model) beside the target checkpoint `model_dir` of spec `target`.
+SpeculativeOptions speculative_options(const SpeculativeArgs& a, const std::string& what, const std::string& model_dir,
+                                       const ModelSpec& target);
 
 }  // namespace m3::cli

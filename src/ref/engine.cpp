@@ -43,6 +43,7 @@ class RefBackendImpl final : public RefBackend {
   const ModelSpec& spec() const override { return spec_; }
   int cache_block_size() const override { return cache_.block_size(); }
   int num_cache_blocks() const override { return cache_.num_blocks(); }
+  bool returns_aux() const override { return true; }
 
   StepOutput step(const StepBatch& batch, SelectionTrace* trace) override { return run(batch, nullptr, trace); }
 
@@ -206,6 +207,7 @@ class RefRankBackend final : public RefBackend {
   const ModelSpec& spec() const override { return spec_; }
   int cache_block_size() const override { return rank_->cache_block_size(); }
   int num_cache_blocks() const override { return rank_->num_cache_blocks(); }
+  bool returns_aux() const override { return true; }
 
   StepOutput step(const StepBatch& batch, SelectionTrace* trace) override {
     SelectionTrace mine;
@@ -266,6 +268,7 @@ class RefTpBackend final : public RefBackend {
   const ModelSpec& spec() const override { return spec_; }
   int cache_block_size() const override { return ranks_[0]->cache_block_size(); }
   int num_cache_blocks() const override { return ranks_[0]->num_cache_blocks(); }
+  bool returns_aux() const override { return true; }
 
   StepOutput step(const StepBatch& batch, SelectionTrace* trace) override {
     const size_t N = ranks_.size();

@@ -279,6 +279,16 @@ StepOutput forward_step(const ForwardContext& c, const StepPlan& p, SelectionTra
     }
   }
   const SelectionTrace* d = c.follow ? c.follow->decisions : nullptr;
+  // Auxiliary hidden states: the residual stream entering layer l, copied for the tokens that ask.
+  const int naux = int(p.aux_layers.size());
+  std::vector<float> aux(p.aux_tokens.size() * size_t(naux) * size_t(H));
+  auto capture_aux = [&](int l) {
+    for (int k = 0; k < naux; ++k) {
+      if (p.aux_layers[size_t(k)] != l) continue;
+      for (size_t r = 0; r < p.aux_tokens.size(); ++r)
+        std::copy_n(x.data() + size_t(p.aux_tokens[r]) * H, H, aux.data() + (r * naux + size_t(k)) * H);
+    }
+  };
   // Index of layer l in the offered choices of one kind (-1: none of that kind offered).
   auto offered_index = [](const std::vector<int>& layers, size_t parts, int l, const char* what) -> int {
     if (parts == 0) return -1;
@@ -288,6 +298,7 @@ StepOutput forward_step(const ForwardContext& c, const StepPlan& p, SelectionTra
     return int(it - layers.begin());
   };
   for (int l = 0; l < s.num_layers; ++l) {
+    capture_aux(l);
     BlockChoices* sel = nullptr;
     if (trace && s.sparse(l)) {
       trace->layers.push_back(l);
@@ -320,6 +331,7 @@ StepOutput forward_step(const ForwardContext& c, const StepPlan& p, SelectionTra
     const int ke = d && s.moe(l) ? offered_index(d->moe_layers, d->experts.size(), l, "experts") : -1;
     ffn_block(c, l, T, x.data(), ex, ke >= 0 ? &d->experts[size_t(ke)] : nullptr);
   }
+  capture_aux(s.num_layers);
   const int R = int(p.out_tokens.size());
   std::vector<float> xn(size_t(R) * H);
   for (int r = 0; r < R; ++r)
@@ -344,6 +356,11 @@ StepOutput forward_step(const ForwardContext& c, const StepPlan& p, SelectionTra
   }
   out.first_row = p.first_row;
   out.num_rows = p.num_rows;
+  if (naux > 0) {
+    out.aux = std::move(aux);
+    out.aux_width = naux * H;
+    out.aux_first_row = p.aux_first_row;
+  }
   return out;
 }
 

@@ -26,8 +26,10 @@ StepPlan plan_step(const ModelSpec& spec, const PagedCache& cache, const StepBat
   lim.num_blocks = cache.num_blocks();
   lim.max_len = spec.max_positions > 0 ? int64_t(spec.max_positions) : int64_t(INT32_MAX);
   lim.max_len_name = "max_position_embeddings";
+  lim.num_layers = spec.num_layers;
   const std::vector<CheckedSeq> seqs = check_step(batch, lim, CacheHistory(cache), HistoryCheck::EveryPosition);
   StepPlan p;
+  p.aux_layers = batch.aux_layers;
   p.seq_slots.resize(batch.seqs.size());
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const SeqStep& q = batch.seqs[s];
@@ -37,6 +39,9 @@ StepPlan plan_step(const ModelSpec& spec, const PagedCache& cache, const StepBat
     for (int64_t j = 0; j < end; ++j) ss[size_t(j)] = slot_of(seqs[s].table, j, lim.block_size);
     p.first_row.push_back(int(p.out_tokens.size()));
     p.num_rows.push_back(q.all_logits ? int(n) : 1);
+    p.aux_first_row.push_back(q.want_aux ? int(p.aux_tokens.size()) : -1);
+    if (q.want_aux)
+      for (int64_t i = 0; i < n; ++i) p.aux_tokens.push_back(p.num_tokens + int(i));
     for (int64_t i = 0; i < n; ++i) {
       const int tok = p.num_tokens + int(i);
       p.token_id.push_back(q.tokens[size_t(i)]);

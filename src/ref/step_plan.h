@@ -20,6 +20,9 @@ struct StepPlan {
   std::vector<std::vector<int64_t>> seq_slots;  // per sequence: slot of each position 0 .. end-1
   std::vector<int> out_tokens;                // tokens that return logits, in output row order
   std::vector<int> first_row, num_rows;       // per sequence
+  std::vector<int> aux_layers;                // StepBatch::aux_layers (checked)
+  std::vector<int> aux_tokens;                // tokens whose aux rows return, in output row order
+  std::vector<int> aux_first_row;             // per sequence (-1: none)
 };
 
 StepPlan plan_step(const ModelSpec& spec, const PagedCache& cache, const StepBatch& batch);

@@ -33,10 +33,18 @@ struct SeqStep {
   // false: the caller does not read this sequence's logits. When no sequence of a step wants them,
   // a backend may return StepOutput::logits empty (rows and first_row/num_rows stay as usual).
   bool want_logits = true;
+  // Return this sequence's auxiliary hidden states (StepBatch::aux_layers) for every new token.
+  bool want_aux = false;
 };
 
 struct StepBatch {
   std::vector<SeqStep> seqs;
+  // Auxiliary hidden states (EAGLE3 drafts, runtime/drafter.h): for each layer l listed, the hidden
+  // state entering layer l (the residual stream after layers 0 .. l-1; l == num_layers: after the
+  // last layer, before the final norm), returned for every new token of the sequences that set
+  // SeqStep::want_aux (StepOutput::aux). Each l in [0, num_layers], no repeats; a backend that
+  // cannot return them refuses the step saying so.
+  std::vector<int> aux_layers;
   int num_tokens() const {
     int n = 0;
     for (const auto& s : seqs) n += int(s.tokens.size());
@@ -86,6 +94,14 @@ struct StepOutput {
   // "native") and, when a preferred path declined it, "<path>:<reason>" (runtime/dispatcher.h).
   std::string path = "native";
   std::string fallback_reason;
+  // Per sequence that set want_aux: its new tokens' rows of aux_width = aux_layers.size() x hidden
+  // floats (the layers in aux_layers' order), from aux_first_row[seq] (-1 for the others).
+  std::vector<float> aux;
+  int aux_width = 0;
+  std::vector<int> aux_first_row;
+  const float* aux_row(int seq, int i = 0) const {
+    return aux.data() + size_t(aux_first_row[size_t(seq)] + i) * size_t(aux_width);
+  }
   const float* row(int seq, int i = 0) const {
     return logits.data() + size_t(first_row[size_t(seq)] + i) * size_t(vocab);
   }
@@ -101,6 +117,8 @@ class Backend {
   // Runs one forward step over the batch: writes K/V/index-K of the new tokens into the cache at
   // the slots the block tables give, and returns logits. Throws m3::Error on malformed input.
   virtual StepOutput step(const StepBatch& batch, SelectionTrace* trace = nullptr) = 0;
+  // Whether step() returns auxiliary hidden states (StepBatch::aux_layers; EAGLE3 drafts).
+  virtual bool returns_aux() const { return false; }
 };
 
 }  // namespace m3

@@ -28,6 +28,12 @@ Scheduler::Scheduler(Backend& backend, SchedulerOptions opt)
   M3_CHECK(opt_.max_num_seqs >= 1, "scheduler: max_num_seqs must be >= 1, got {}", opt_.max_num_seqs);
   M3_CHECK(opt_.max_step_tokens >= 1, "scheduler: max_step_tokens must be >= 1, got {}", opt_.max_step_tokens);
   if (opt_.speculative.method != SpeculativeMethod::None) validate_speculative(opt_.speculative);
+  if (opt_.speculative.method == SpeculativeMethod::Eagle3) {
+    drafter_ = opt_.speculative.drafter.get();
+    M3_CHECK(backend_.returns_aux(),
+             "scheduler: speculative eagle3 needs the target's auxiliary hidden states, which the {} backend does not "
+             "return (the CPU reference does)", backend_.name());
+  }
   const ModelSpec& sp = spec();
   int64_t capacity = int64_t(blocks_.num_blocks()) * blocks_.block_size();
   int64_t limit = capacity;
@@ -90,6 +96,7 @@ void Scheduler::remove_from_queues(Seq* s) {
 void Scheduler::finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens,
                        std::string error, std::vector<TokenLogprob> logprobs) {
   blocks_.release(s->blocks);
+  if (drafter_) drafter_->release(s->id);
   remove_from_queues(s);
   RequestEvent ev;
   ev.id = s->id;
@@ -125,6 +132,7 @@ void Scheduler::preempt(Seq* s) {
   // Recompute: drop the cache, keep prompt + generated tokens and the sampler's draw counter, so
   // the request resumes exactly where it was once its sequence is prefilled again.
   blocks_.release(s->blocks);
+  if (drafter_) drafter_->release(s->id);  // observed again from position 0 with the recompute
   s->num_computed = 0;
   s->preemptions++;
   remove_from_queues(s);
@@ -138,6 +146,16 @@ bool Scheduler::stops(const Seq& s, int32_t tok) const {
          std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), tok) != s.req.stop_token_ids.end();
 }
 
+// The drafter sees what the step kept of a sequence that asked for aux rows: positions start ..
+// start + kept - 1 and, for each, the token after it (the prompt's, or what was sampled).
+void Scheduler::observe(Seq* s, const StepOutput& out, int k, int start, int kept) {
+  if (!drafter_ || out.aux_first_row.empty() || out.aux_first_row[size_t(k)] < 0 || kept <= 0) return;
+  M3_CHECK(int(s->tokens.size()) >= start + kept + 1, "scheduler: sequence {} has {} tokens, the drafter needs {}",
+           s->id, s->tokens.size(), start + kept + 1);
+  drafter_->observe(s->id, start, std::span<const int32_t>(s->tokens.data() + start + 1, size_t(kept)),
+                    out.aux_row(k, 0));
+}
+
 // A verify row's outcome: the kept drafts and the token that ends it, appended one by one under
 // the stop rules; the cache keeps the last token and the kept drafts (the rejected drafts' slots
 // are overwritten later; blocks past the sequence go back now).
@@ -147,6 +165,7 @@ void Scheduler::verified(Seq* s, const StepOutput& out, int k, StepReport& rep) 
   const int V = out.vocab;
   const float* rows = out.row(k, 0);
   const VerifyResult v = verify_drafts(rows, V, drafts, s->req.sampling, s->sampler);
+  const int start = s->num_computed;
   rep.accepted += v.accepted;
   s->num_computed += 1 + v.accepted;  // the last token and the kept drafts
   std::vector<int32_t> fresh;
@@ -169,6 +188,7 @@ void Scheduler::verified(Seq* s, const StepOutput& out, int k, StepReport& rep) 
     }
   }
   blocks_.shrink(s->blocks, int64_t(s->tokens.size()));
+  observe(s, out, k, start, 1 + v.accepted);
   RequestEvent ev;
   ev.id = s->id;
   ev.new_tokens = std::move(fresh);
@@ -202,6 +222,10 @@ StepReport Scheduler::step() {
       st.want_logits = false;  // the scheduler reads no logits then (unless the backend samples nothing)
       if (s->num_computed + n == int(s->tokens.size())) st.sample = SamplingRequest{s->req.sampling, s->sampler};
     }
+    if (drafter_ && s->req.sampling.temperature == 0) {  // drafts are for greedy requests (below)
+      st.want_aux = true;
+      batch.aux_layers = drafter_->aux_layers();
+    }
     batch.seqs.push_back(std::move(st));
     members.push_back(s);
     budget -= n;
@@ -226,7 +250,7 @@ StepReport Scheduler::step() {
     const int room = std::min({so.num_draft_tokens, budget - 1, s->req.max_tokens - s->generated() - 1,
                                max_model_len_ - int(s->tokens.size()) - 1});
     if (room <= 0) return;
-    s->drafts = ngram_drafts(s->tokens, so.ngram_min, so.ngram_max, room);
+    s->drafts = drafter_ ? drafter_->propose(s->id, room) : ngram_drafts(s->tokens, so.ngram_min, so.ngram_max, room);
     if (s->drafts.empty()) return;
     // a block for each running request after this one stays free (their next token may need it)
     const int64_t len = int64_t(s->num_computed) + 1 + int64_t(s->drafts.size());
@@ -310,6 +334,17 @@ StepReport Scheduler::step() {
                      size_t(out.first_row[k] + out.num_rows[k]) * size_t(vocab) <= out.logits.size(),
                  "scheduler: backend returned {} logits rows for the verify row of sequence {} ({} tokens)",
                  out.num_rows[k], k, batch.seqs[k].tokens.size());
+    if (!batch.aux_layers.empty()) {
+      M3_CHECK(out.aux_width == int(batch.aux_layers.size()) * spec().hidden &&
+                   out.aux_first_row.size() == batch.seqs.size(),
+               "scheduler: backend returned aux rows of width {} for {} sequences (expected {} for {})", out.aux_width,
+               out.aux_first_row.size(), int(batch.aux_layers.size()) * spec().hidden, batch.seqs.size());
+      for (size_t k = 0; k < batch.seqs.size(); ++k)
+        if (batch.seqs[k].want_aux)
+          M3_CHECK(out.aux_first_row[k] >= 0 && (size_t(out.aux_first_row[k]) + batch.seqs[k].tokens.size()) *
+                                                        size_t(out.aux_width) <= out.aux.size(),
+                   "scheduler: backend returned no aux rows for sequence {}", k);
+    }
   } catch (const std::exception& e) {
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rep.error = e.what();
@@ -326,8 +361,12 @@ StepReport Scheduler::step() {
       verified(s, out, int(k), rep);
       continue;
     }
-    s->num_computed += int(batch.seqs[k].tokens.size());
-    if (s->num_computed < int(s->tokens.size())) continue;  // a prefill chunk: no token yet
+    const int start = s->num_computed, n = int(batch.seqs[k].tokens.size());
+    s->num_computed += n;
+    if (s->num_computed < int(s->tokens.size())) {  // a prefill chunk: no token yet
+      observe(s, out, int(k), start, n);
+      continue;
+    }
     int32_t tok = -1;
     std::vector<TokenLogprob> lps;
     if (opt_.device_sampling && !out.tokens.empty() && out.tokens[k] >= 0) {
@@ -347,6 +386,7 @@ StepReport Scheduler::step() {
       finish(s, FinishReason::Length, -1, {tok}, "", std::move(lps));
       rep.finished++;
     } else {
+      observe(s, out, int(k), start, n);
       RequestEvent ev;
       ev.id = s->id;
       ev.new_tokens = {tok};

@@ -85,12 +85,14 @@ class Scheduler {
   struct Seq;
   void preempt(Seq* s);
   void verified(Seq* s, const StepOutput& out, int k, StepReport& rep);
+  void observe(Seq* s, const StepOutput& out, int k, int start, int kept);
   bool stops(const Seq& s, int32_t tok) const;
   void finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens, std::string error,
               std::vector<TokenLogprob> logprobs = {});
   void remove_from_queues(Seq* s);
 
   Backend& backend_;
+  Drafter* drafter_ = nullptr;  // opt_.speculative.drafter for eagle3
   SchedulerOptions opt_;
   int max_model_len_ = 0;
   BlockManager blocks_;

@@ -10,13 +10,15 @@ namespace m3 {
 SpeculativeMethod parse_speculative_method(const std::string& s) {
   if (s == "none" || s.empty()) return SpeculativeMethod::None;
   if (s == "ngram") return SpeculativeMethod::Ngram;
-  M3_FAIL("speculative method '{}' is not one of: none, ngram", s);
+  if (s == "eagle3") return SpeculativeMethod::Eagle3;
+  M3_FAIL("speculative method '{}' is not one of: none, ngram, eagle3", s);
 }
 
 const char* speculative_method_name(SpeculativeMethod m) {
   switch (m) {
     case SpeculativeMethod::None: return "none";
     case SpeculativeMethod::Ngram: return "ngram";
+    case SpeculativeMethod::Eagle3: return "eagle3";
   }
   return "?";
 }
@@ -28,6 +30,8 @@ void validate_speculative(const SpeculativeOptions& o) {
   M3_CHECK(o.ngram_min >= 1 && o.ngram_max >= o.ngram_min,
            "speculative: n-gram lengths [{}, {}] (need 1 <= ngram_min <= ngram_max)", o.ngram_min, o.ngram_max);
   M3_CHECK(o.ngram_max <= 64, "speculative: ngram_max {} above 64", o.ngram_max);
+  M3_CHECK(o.method != SpeculativeMethod::Eagle3 || o.drafter,
+           "speculative: eagle3 needs a draft model (--draft-model DIR: an EAGLE3 checkpoint)");
 }
 
 // One pass from the end: for every earlier end position e (<= L - 2), m(e) = how many tokens

@@ -4,32 +4,37 @@
 // backends' logits are batch invariant: a verify row's are the bits of one-token steps).
 //
 // Drafters: n-gram (prompt lookup: the continuation of the latest earlier occurrence of the last n
-// tokens, n from max_n down to min_n, as vLLM's `ngram` method). No extra weights.
+// tokens, n from max_n down to min_n, as vLLM's `ngram` method; no extra weights), and EAGLE3 (a
+// draft model over the target's auxiliary hidden states: runtime/drafter.h, ref/eagle3.h).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "runtime/drafter.h"
 #include "runtime/sampler.h"
 
 namespace m3 {
 
-enum class SpeculativeMethod : uint8_t { None, Ngram };
+enum class SpeculativeMethod : uint8_t { None, Ngram, Eagle3 };
 
 struct SpeculativeOptions {
   SpeculativeMethod method = SpeculativeMethod::None;
   int num_draft_tokens = 3;  // k: drafts per verify step (1 .. 3: a verify row has at most 4 tokens)
   int ngram_min = 1;         // n-gram lengths tried, longest first
   int ngram_max = 4;
+  // Eagle3: the drafter (its model and per-sequence caches); one owner of the requests it serves.
+  std::shared_ptr<Drafter> drafter;
 };
 
 constexpr int kMaxDraftTokens = 3;
 
-// "none" / "ngram" -> the method; errors name the value and the choices.
+// "none" / "ngram" / "eagle3" -> the method; errors name the value and the choices.
 SpeculativeMethod parse_speculative_method(const std::string& s);
 const char* speculative_method_name(SpeculativeMethod m);
-// Throws m3::Error naming the bad field.
+// Throws m3::Error naming the bad field (eagle3 without a drafter included).
 void validate_speculative(const SpeculativeOptions& o);
 
 // Up to max_drafts tokens continuing `tokens` (prompt + generated): for n = ngram_max down to

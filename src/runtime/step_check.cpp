@@ -14,6 +14,21 @@ std::vector<CheckedSeq> check_step(const StepBatch& batch, const StepLimits& lim
   M3_CHECK(!batch.seqs.empty(), "step: the batch has no sequences");
   const int bs = lim.block_size;
   M3_CHECK(bs > 0 && lim.num_blocks > 0, "step: cache of {} blocks of {}", lim.num_blocks, bs);
+  bool want_aux = false;
+  for (const SeqStep& q : batch.seqs) want_aux = want_aux || q.want_aux;
+  if (!batch.aux_layers.empty() || want_aux) {
+    M3_CHECK(lim.num_layers >= 0,
+             "step: this backend does not return auxiliary hidden states (aux_layers, EAGLE3 drafts); the CPU "
+             "reference does");
+    M3_CHECK(!batch.aux_layers.empty(), "step: a sequence asks for auxiliary hidden states but aux_layers is empty");
+    for (size_t k = 0; k < batch.aux_layers.size(); ++k) {
+      const int l = batch.aux_layers[k];
+      M3_CHECK(l >= 0 && l <= lim.num_layers, "step: aux_layers[{}] = {} is outside [0, {}] (the model's layers)", k,
+               l, lim.num_layers);
+      for (size_t j = 0; j < k; ++j)
+        M3_CHECK(batch.aux_layers[j] != l, "step: aux_layers lists layer {} twice (entries {} and {})", l, j, k);
+    }
+  }
   std::vector<CheckedSeq> seqs(batch.seqs.size());
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const SeqStep& q = batch.seqs[i];

@@ -19,6 +19,7 @@ struct StepLimits {
   int num_blocks = 0;
   int64_t max_len = 0;          // positions a sequence may reach (exclusive end)
   std::string max_len_name;     // what bounds it, for the message ("max_model_len", "max_position_embeddings")
+  int num_layers = -1;          // >= 0: StepBatch::aux_layers checked against it (< 0: aux refused)
 };
 
 // The position each cache slot holds (-1: nothing written).
