@@ -55,7 +55,8 @@ for t in GpuCudaBackend.MixedBatchesMatchReference GpuCudaBackend.GraphReplayIsB
          GpuMono.RealHeadsBitwiseEqualsNative GpuMono.WatchdogStopsAFaultAndNativeRerunsTheStep \
          GpuMono.CreationAllocatesOnlyItsTables GpuTensorParallel.OneRankThroughTheCollectivesIsBitwiseTheSingleRank \
          GpuTensorParallel.Tp2OnOneGpuMatchesTheReferenceRanksAndIsBatchInvariant \
-         GpuTensorParallel.ARankFailingAloneFailsTheStepEverywhereAndNothingHangs; do
+         GpuTensorParallel.ARankFailingAloneFailsTheStepEverywhereAndNothingHangs \
+         GpuEagle3.AuxRowsMatchTheReferenceAndAreBatchInvariant GpuEagle3.GreedyOutputsEqualPlainDecoding; do
   if grep -q "^\[       OK \] $t " "$OUT/gpu-tests.log"; then r=PASS
   elif grep -q "^\[  FAILED  \] $t " "$OUT/gpu-tests.log"; then r=FAIL
   else r="----"; fi
@@ -66,7 +67,7 @@ done
 grep '^MODEL |' "$OUT/gpu-tests.log" | sed 's/^MODEL | //' | while IFS= read -r l; do
   row "  ${l%% |*}" "info" "${l#* | }"
 done
-grep -E '^\s+\[(default|exact|yardstick|mono|layer range)|logits compared' "$OUT/gpu-tests.log" | sed 's/^ *//' | while IFS= read -r l; do
+grep -E '^\s+\[(default|exact|yardstick|mono|layer range|eagle3)|logits compared' "$OUT/gpu-tests.log" | sed 's/^ *//' | while IFS= read -r l; do
   row "  backend test" "info" "$l"
 done
 

@@ -113,6 +113,10 @@ RunFn setup_bench(CLI::App& app) {
   app.add_option("--trace", o.trace,
                  "mono: per-task device timestamps of each decode case's set-up step to TRACE.<path>.b<batch>.ctx<context>.csv "
                  "(op, item, layer, code, wait/run/end ns) and a per-op summary in the report");
+  app.add_option("--aux-layers", o.aux_layers,
+                 "cuda decode cases: copy out the hidden states entering these layers every step (EAGLE3 drafts read "
+                 "2,30,57 of MiniMax-M3; mono then runs its layers in parts), comma list")
+      ->delimiter(',');
   app.add_option("--json", a->json, "write the results as JSON");
   app.add_option("--chart", a->chart, "write a PNG of latency vs batch and context with the floor (needs matplotlib)");
   return [a] { return run_bench(*a); };

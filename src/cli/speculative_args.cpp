@@ -12,7 +12,7 @@ void add_speculative_options(CLI::App& app, SpeculativeArgs& a) {
   app.add_option("--speculative", a.method,
                  "speculative decoding: none, ngram (drafts: the continuation of the latest earlier occurrence "
                  "of the last n tokens) or eagle3 (drafts of an EAGLE3 draft model, --draft-model, over the target's "
-                 "hidden states; CPU reference only for now); greedy output is exactly that of plain decoding")
+                 "hidden states: the CPU reference or one GPU; on the GPU the draft runs on the CPU); greedy output is exactly that of plain decoding")
       ->capture_default_str();
   app.add_option("--num-draft-tokens", a.num_draft_tokens, "drafts per verify step (1..3)")->capture_default_str();
   app.add_option("--ngram-min", a.ngram_min, "shortest n-gram matched")->capture_default_str();

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "native/aux_capture.h"
 #include "native/collective.h"
 #include "native/cuda_check.h"
 #include "native/device_comm.h"
@@ -38,6 +39,10 @@ struct Pass {
   std::vector<SeqRows> seqs;
   std::vector<int32_t> ids;       // [rows] token ids
   std::vector<int32_t> out_rows;  // rows (in pass order) that return logits, in output order
+  struct Segment {
+    int seq, first, count, row0;  // tokens [first, first + count) of batch sequence seq at pass row row0
+  };
+  std::vector<Segment> segments;
 };
 
 // Per cache slot: the position it holds, -1 = nothing.
@@ -140,6 +145,7 @@ class CudaBackendImpl final : public CudaBackend {
                      : std::string("cuda-native");
   }
   const ModelSpec& spec() const override { return spec_; }
+  bool returns_aux() const override { return true; }
   int cache_block_size() const override { return spec_.index_block; }
   int num_cache_blocks() const override { return opt_.num_cache_blocks; }
   DeviceKvCache& kv_cache() override { return *cache_; }
@@ -155,6 +161,13 @@ class CudaBackendImpl final : public CudaBackend {
     const std::string name = r->name();
     dispatcher_.add_preferred_path(name, [this, r](const StepBatch& b) -> std::string {
       if (tracing_) return "traced";
+      if (!b.aux_layers.empty()) {  // hidden states copied where the runner's range can be cut for them
+        const int q = bucket_query_len(b, BucketLimits{opt_.max_graph_batch, opt_.max_tokens, opt_.logits_rows}, false);
+        std::vector<int> cuts;
+        if (q > 0 && !aux_runner_cuts(fw_.bucket_plan(decode_bucket(int(b.seqs.size())) * q), b.aux_layers,
+                                      fw_.model().sparse_range(), &cuts))
+          return "aux";
+      }
       return r->refusal(b);
     });
     runners_.emplace(name, std::move(runner));
@@ -181,6 +194,7 @@ class CudaBackendImpl final : public CudaBackend {
       copy_logits = copy_logits || s.want_logits || !s.sample;
     }
     samples_.begin(batch);
+    aux_begin(batch, out);
     if (copy_logits) out.logits.resize(size_t(rows) * size_t(spec_.vocab_size));
     float* host_logits = copy_logits ? out.logits.data() : nullptr;
 
@@ -188,14 +202,14 @@ class CudaBackendImpl final : public CudaBackend {
                                    trace != nullptr);
     auto run = [&](int path, LayerRangeRunner* r) {
       if (q > 0) {
-        run_decode(batch, seqs, q, host_logits, path, r);
+        run_decode(batch, seqs, q, host_logits, path, r, out);
       } else {
         std::unique_ptr<StepTraceRecorder> rec;
         if (trace) {
           rec = std::make_unique<StepTraceRecorder>(fw_, trace, score_trace_);
           rec->begin();
         }
-        run_chunked(batch, seqs, host_logits, rec.get(), r);
+        run_chunked(batch, seqs, host_logits, rec.get(), r, out);
       }
     };
     std::string err;
@@ -237,7 +251,38 @@ class CudaBackendImpl final : public CudaBackend {
     lim.num_blocks = opt_.num_cache_blocks;
     lim.max_len = opt_.max_model_len;
     lim.max_len_name = "max_model_len";
+    lim.num_layers = spec_.num_layers;
     return check_step(batch, lim, written_, HistoryCheck::BlockEnds);
+  }
+
+  // ---- auxiliary hidden states (native/aux_capture.h) ----
+
+  // The step's aux rows on the host (out.aux, rows of the sequences that want them, in batch
+  // order) and the device buffer the plans' copies write ([max_tokens][width]).
+  void aux_begin(const StepBatch& batch, StepOutput& out) {
+    aux_layers_ = batch.aux_layers;
+    if (aux_layers_.empty()) return;
+    out.aux_width = int(aux_layers_.size()) * spec_.hidden;
+    int rows = 0;
+    for (const SeqStep& s : batch.seqs) {
+      out.aux_first_row.push_back(s.want_aux ? rows : -1);
+      if (s.want_aux) rows += int(s.tokens.size());
+    }
+    out.aux.assign(size_t(rows) * size_t(out.aux_width), 0.0f);
+    const size_t bytes = size_t(opt_.max_tokens) * size_t(out.aux_width) * 4;
+    if (aux_dev_.bytes() < bytes) {
+      graphs_.clear();  // graphs that captured copies into the old buffer
+      aux_dev_ = DevBuf(bytes);
+    }
+    auto it = std::find(aux_variants_.begin(), aux_variants_.end(), aux_layers_);
+    if (it == aux_variants_.end()) it = aux_variants_.insert(aux_variants_.end(), aux_layers_);
+    aux_variant_ = int(it - aux_variants_.begin()) + 1;
+  }
+  // Device rows [row0, row0 + count) of the aux buffer to host rows from `host_row` of out.aux.
+  void aux_to_host(StepOutput& out, int row0, int count, int host_row) {
+    const size_t w = size_t(out.aux_width);
+    M3_CUDA_CHECK(cudaMemcpyAsync(out.aux.data() + size_t(host_row) * w, aux_dev_.get<float>() + size_t(row0) * w,
+                                  size_t(count) * w * 4, cudaMemcpyDeviceToHost, stream_));
   }
 
   static SeqRows rows_of(const CheckedSeq& s) { return SeqRows{s.start_pos, s.num_new, s.table}; }
@@ -269,14 +314,14 @@ class CudaBackendImpl final : public CudaBackend {
   // ---- eager passes (prefill, mixed, large or traced batches) ----
 
   void run_chunked(const StepBatch& batch, const std::vector<CheckedSeq>& seqs, float* logits, StepTraceRecorder* rec,
-                   LayerRangeRunner* runner) {
+                   LayerRangeRunner* runner, StepOutput& out) {
     // Flatten, then cut into passes of at most max_tokens rows.
     Pass pass;
     int out_row = 0;
     auto flush = [&] {
       if (pass.ids.empty()) return;
       const int R = int(pass.out_rows.size());
-      run_pass(pass, logits ? logits + size_t(out_row) * spec_.vocab_size : nullptr, rec, runner, out_row);
+      run_pass(pass, logits ? logits + size_t(out_row) * spec_.vocab_size : nullptr, rec, runner, out_row, batch, out);
       out_row += R;
       pass = Pass{};
     };
@@ -297,20 +342,32 @@ class CudaBackendImpl final : public CudaBackend {
           if (q.all_logits || j + k == n - 1) pass.out_rows.push_back(row0 + k);
         }
         pass.seqs.push_back(r);
+        pass.segments.push_back(Pass::Segment{int(i), j, take, row0});
         j += take;
       }
     }
     flush();
   }
 
-  void run_pass(const Pass& pass, float* logits, StepTraceRecorder* rec, LayerRangeRunner* runner, int out_row0) {
+  void run_pass(const Pass& pass, float* logits, StepTraceRecorder* rec, LayerRangeRunner* runner, int out_row0,
+                const StepBatch& batch, StepOutput& out) {
     ++stats_.eager_passes;
     const StepMetadata m = build_step_metadata(pass.seqs, spec_.index_block, opt_.num_cache_blocks);
     fw_.upload(m, pass.ids, stream_);
     if (rec) rec->set_pass(m.num_tokens, &m.positions, &m.slots);
     const LayerPlan plan = fw_.pass_plan();
-    fw_.run(plan, stream_, rec, runner);
     Activations& act = fw_.act();
+    if (aux_layers_.empty()) {
+      fw_.run(plan, stream_, rec, runner);
+    } else {
+      std::vector<int> cuts;
+      M3_CHECK(aux_runner_cuts(plan, aux_layers_, fw_.model().sparse_range(), &cuts) || !runner,
+               "cuda backend: aux hidden states inside the {} path's layers", runner ? runner->name() : "");
+      AuxCapture cap(plan, aux_layers_, act.x.get<float>(), spec_.hidden, m.num_tokens, aux_dev_.get<float>(), rec);
+      fw_.run(plan, stream_, &cap, runner, runner ? std::span<const int>(cuts) : std::span<const int>());
+      for (const Pass::Segment& g : pass.segments)
+        if (batch.seqs[size_t(g.seq)].want_aux) aux_to_host(out, g.row0, g.count, out.aux_first_row[size_t(g.seq)] + g.first);
+    }
     const int R = int(pass.out_rows.size());
     M3_CUDA_CHECK(cudaMemcpyAsync(act.rows.get(), pass.out_rows.data(), size_t(R) * 4, cudaMemcpyHostToDevice, stream_));
     // Gather the output rows in groups that fit the gather buffer, lm_head each group.
@@ -344,7 +401,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   // A bucket step (native/bucket_rows.h): n request rows of q tokens padded to B rows, T = B q.
   void run_decode(const StepBatch& batch, const std::vector<CheckedSeq>& seqs, int q, float* logits, int path,
-                  LayerRangeRunner* runner) {
+                  LayerRangeRunner* runner, StepOutput& out) {
     const int n = int(batch.seqs.size());
     ++stats_.bucket_steps;
     const int T = decode_bucket(n) * q;
@@ -355,10 +412,23 @@ class CudaBackendImpl final : public CudaBackend {
     for (int i = 0; i < n; ++i) std::copy_n(batch.seqs[size_t(i)].tokens.begin(), q, ids.begin() + ptrdiff_t(i) * q);
     fw_.upload(m, ids, stream_);
     const LayerPlan& plan = fw_.bucket_plan(T);
-    const GraphCache::Result r = graphs_.run({T, path}, stream_, [&] { fw_.run(plan, stream_, nullptr, runner); });
+    Activations& act = fw_.act();
+    GraphCache::Result r;
+    if (aux_layers_.empty()) {
+      r = graphs_.run({T, path, 0}, stream_, [&] { fw_.run(plan, stream_, nullptr, runner); });
+    } else {
+      std::vector<int> cuts;
+      M3_CHECK(aux_runner_cuts(plan, aux_layers_, fw_.model().sparse_range(), &cuts) || !runner,
+               "cuda backend: aux hidden states inside the {} path's layers", runner ? runner->name() : "");
+      AuxCapture cap(plan, aux_layers_, act.x.get<float>(), spec_.hidden, T, aux_dev_.get<float>(), nullptr);
+      r = graphs_.run({T, path, aux_variant_}, stream_, [&] {
+        fw_.run(plan, stream_, &cap, runner, runner ? std::span<const int>(cuts) : std::span<const int>());
+      });
+      for (int i = 0; i < n; ++i)  // request row i: bucket rows i q .. i q + q - 1
+        if (batch.seqs[size_t(i)].want_aux) aux_to_host(out, i * q, q, out.aux_first_row[size_t(i)]);
+    }
     if (r.replayed) ++stats_.graph_replays;
     if (r.captured) ++stats_.graph_captures;
-    Activations& act = fw_.act();
     const size_t V = size_t(spec_.vocab_size);
     for (const BucketRun& run : bucket_output_runs(batch, q)) {
       const float* src = act.logits.get<float>() + size_t(run.bucket_row) * V;
@@ -386,6 +456,10 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendStats stats_;
   BlockScoreTrace* score_trace_ = nullptr;
   bool tracing_ = false;  // the step being chosen has a SelectionTrace
+  std::vector<int> aux_layers_;                  // this step's StepBatch::aux_layers
+  DevBuf aux_dev_;                               // [max_tokens][aux width] rows the plans copy out
+  std::vector<std::vector<int>> aux_variants_;   // aux layer lists seen: graph variant = index + 1
+  int aux_variant_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Forward (native/forward.h).
 #include "native/forward.h"
 
+#include "core/check.h"
+
 #include "native/cuda_check.h"
 
 namespace m3::native {
@@ -43,13 +45,24 @@ void Forward::run_ops(const LayerPlan& plan, int begin, int end, cudaStream_t st
   }
 }
 
-void Forward::run(const LayerPlan& plan, cudaStream_t stream, PlanObserver* obs, LayerRangeRunner* runner) {
+void Forward::run(const LayerPlan& plan, cudaStream_t stream, PlanObserver* obs, LayerRangeRunner* runner,
+                  std::span<const int> cuts) {
   const int n = int(plan.ops.size());
   const LayerRange r = model_.sparse_range();
   if (!runner || r.empty()) return run_ops(plan, 0, n, stream, obs);
   run_ops(plan, 0, plan.layer_first_op(r.first), stream, obs);
-  if (obs) obs->before_runner(*runner, r, stream);
-  runner->run_layers(plan, r, stream);
+  int a = r.first;
+  for (size_t k = 0; k <= cuts.size(); ++k) {
+    const int b = k < cuts.size() ? cuts[k] : r.last;
+    M3_CHECK(b > a && b <= r.last, "forward: runner cut at layer {} outside ({}, {}] or out of order", b, a, r.last);
+    const LayerRange part{a, b};
+    if (obs) obs->before_runner(*runner, part, stream);
+    runner->run_layers(plan, part, stream);
+    if (obs && k < cuts.size()) obs->after(plan.ops[size_t(plan.layer_first_op(b) - 1)], stream);
+    a = b;
+    if (b == r.last) break;
+  }
+  M3_CHECK(a == r.last, "forward: runner parts end at layer {}, the range at {}", a, r.last);
   run_ops(plan, plan.layer_first_op(r.last), n, stream, obs);
 }
 

@@ -5,6 +5,7 @@
 // observer for its per-op spans.
 #pragma once
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "native/activations.h"
@@ -61,8 +62,11 @@ class Forward {
   LayerPlan pass_plan() { return build_layer_plan(model_, act_, PlanShape{meta_.view().num_tokens, meta_.view(), false}); }
 
   // Enqueues the plan's ops on stream. With a runner, the sparse range's layers are its (the
-  // plan's ops for them are skipped). obs (may be null) sees every op launched here.
-  void run(const LayerPlan& plan, cudaStream_t stream, PlanObserver* obs = nullptr, LayerRangeRunner* runner = nullptr);
+  // plan's ops for them are skipped). obs (may be null) sees every op launched here. cuts (layers in
+  // (first, last] of the sparse range) run the range in parts: after the part ending at cut c, obs
+  // sees after() of layer c - 1's last op (a copy of what it left, native/aux_capture.h).
+  void run(const LayerPlan& plan, cudaStream_t stream, PlanObserver* obs = nullptr, LayerRangeRunner* runner = nullptr,
+           std::span<const int> cuts = {});
   // Runs plan ops [begin, end) (no runner).
   void run_ops(const LayerPlan& plan, int begin, int end, cudaStream_t stream, PlanObserver* obs = nullptr);
 

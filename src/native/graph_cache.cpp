@@ -15,7 +15,7 @@ void GraphCache::clear() {
   graphs_.clear();
 }
 
-GraphCache::Result GraphCache::run(std::pair<int, int> key, cudaStream_t stream, const std::function<void()>& enqueue) {
+GraphCache::Result GraphCache::run(std::tuple<int, int, int> key, cudaStream_t stream, const std::function<void()>& enqueue) {
   Result r;
   if (enabled_) {
     auto it = graphs_.find(key);
@@ -44,7 +44,7 @@ GraphCache::Result GraphCache::run(std::pair<int, int> key, cudaStream_t stream,
   cudaGraphDestroy(graph);
   if (e != cudaSuccess) {
     enabled_ = false;
-    M3_FAIL("cuda backend: instantiating the decode graph of bucket {} (path {}) failed: {}", key.first, key.second,
+    M3_FAIL("cuda backend: instantiating the decode graph of bucket {} (path {}) failed: {}", std::get<0>(key), std::get<1>(key),
             cudaGetErrorString(e));
   }
   graphs_[key] = exec;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli/backend_choice.h"
+#include "cli/speculative_args.h"
 #include "core/check.h"
 #include "core/parallel.h"
 #include "model/prepare.h"
@@ -30,6 +31,7 @@
 #include "ref/layers.h"
 #include "model/spec.h"
 #include "model/synthetic.h"
+#include "model/synthetic_eagle3.h"
 #include "runtime/generate.h"
 #include "text/tiny_files.h"
 #include "text/tokenizer.h"
@@ -42,7 +44,8 @@ namespace {
 class Engine {
  public:
   Engine(const std::string& model_dir, const std::string& device, int tp, bool mono, int threads, int max_model_len,
-         const std::string& tp_comm)
+         const std::string& tp_comm, const std::string& speculative, const std::string& draft_model,
+         int num_draft_tokens)
       : dir_(model_dir) {
     M3_CHECK(std::filesystem::is_directory(model_dir), "LLM: model {} is not a directory", model_dir);
     spec_ = load_model_spec(model_dir);
@@ -54,6 +57,11 @@ class Engine {
     c.mono = mono;
     c.tp = tp;
     c.tp_comm = tp_comm;
+    cli::SpeculativeArgs sa;
+    sa.method = speculative;
+    sa.draft_model = draft_model;
+    sa.num_draft_tokens = num_draft_tokens;
+    spec_opt_ = cli::speculative_options(sa, "LLM", model_dir, spec_);
     backend_ = cli::make_chosen_backend(c, model_dir, spec_, "LLM");
     const auto tok = std::filesystem::path(model_dir) / "tokenizer.json";
     if (std::filesystem::exists(tok)) tokenizer_ = text::Tokenizer::load(tok.string(), spec_.vocab_size);
@@ -66,11 +74,16 @@ class Engine {
     r.sampling = SamplingParams{temperature, top_k, top_p, seed};
     r.seed = seed;
     r.stop_id = stop_at_eos ? spec_.eos_id : -1;
+    r.speculative = spec_opt_;
     M3_CHECK(generate_positions(r) <= max_len_, "LLM: {} prompt tokens + {} new tokens exceed max_model_len {}",
              prompt.size(), max_tokens, max_len_);
     nb::gil_scoped_release release;  // the step loop holds no Python object
-    return m3::generate(*backend_, r).ids;
+    GenerateResult g = m3::generate(*backend_, r);
+    last_ = {{"verify_steps", g.verify_steps}, {"drafted", g.drafted}, {"accepted", g.accepted}};
+    return std::move(g.ids);
   }
+  // Speculative decoding counts of the last generate (verify steps, drafts scored, drafts kept).
+  std::map<std::string, int> speculative_stats() const { return last_; }
   std::vector<int32_t> encode(const std::string& text) const { return tok().encode(text); }
   std::string decode(const std::vector<int32_t>& ids) const { return tok().decode(ids, true); }
   bool has_tokenizer() const { return tokenizer_.has_value(); }
@@ -87,17 +100,24 @@ class Engine {
   std::string dir_;
   ModelSpec spec_;
   int max_len_ = 0;
+  SpeculativeOptions spec_opt_;
+  std::map<std::string, int> last_;
   std::unique_ptr<Backend> backend_;
   std::optional<text::Tokenizer> tokenizer_;
 };
 
-std::string make_tiny(const std::string& out, const std::string& preset, uint64_t seed) {
+std::string make_tiny(const std::string& out, const std::string& preset, uint64_t seed, bool eagle3) {
   M3_CHECK(synthetic_preset_writable(preset), "make_tiny: preset '{}' is spec-only", preset);
   const ModelSpec spec = synthetic_preset(preset);
   SyntheticOptions opt;
   opt.seed = seed;
   write_synthetic_checkpoint(out, spec, opt);
   text::write_tiny_text_files(out, spec.vocab_size, spec.bos_id, spec.eos_id);
+  if (eagle3) {  // a synthetic EAGLE3 draft in OUT/eagle3 (as `m3mono make-tiny --eagle3`)
+    SyntheticEagle3Options eo;
+    eo.seed = seed;
+    write_synthetic_eagle3(std::filesystem::path(out) / "eagle3", spec, eo);
+  }
   return out;
 }
 
@@ -450,9 +470,12 @@ NB_MODULE(_m3mono, m) {
   m.doc() = "m3mono: MiniMax-M3 inference (the C++ engine; see the m3mono package)";
   static nb::exception<m3::Error> error(m, "Error", PyExc_ValueError);
   nb::class_<Engine>(m, "Engine")
-      .def(nb::init<const std::string&, const std::string&, int, bool, int, int, const std::string&>(),
+      .def(nb::init<const std::string&, const std::string&, int, bool, int, int, const std::string&, const std::string&,
+                    const std::string&, int>(),
            nb::arg("model_dir"), nb::arg("device") = "auto", nb::arg("tp") = 1, nb::arg("mono") = false,
-           nb::arg("threads") = 0, nb::arg("max_model_len") = 0, nb::arg("tp_comm") = "auto")
+           nb::arg("threads") = 0, nb::arg("max_model_len") = 0, nb::arg("tp_comm") = "auto",
+           nb::arg("speculative") = "none", nb::arg("draft_model") = "", nb::arg("num_draft_tokens") = 3)
+      .def_prop_ro("speculative_stats", &Engine::speculative_stats)
       .def("generate", &Engine::generate, nb::arg("prompt"), nb::arg("max_tokens"), nb::arg("temperature"),
            nb::arg("top_k"), nb::arg("top_p"), nb::arg("seed"), nb::arg("stop_at_eos"))
       .def("encode", &Engine::encode)
@@ -462,7 +485,8 @@ NB_MODULE(_m3mono, m) {
       .def_prop_ro("vocab_size", &Engine::vocab_size)
       .def_prop_ro("max_model_len", &Engine::max_model_len)
       .def_prop_ro("eos_id", &Engine::eos_id);
-  m.def("make_tiny", &make_tiny, nb::arg("out"), nb::arg("preset") = "tiny", nb::arg("seed") = 1);
+  m.def("make_tiny", &make_tiny, nb::arg("out"), nb::arg("preset") = "tiny", nb::arg("seed") = 1,
+        nb::arg("eagle3") = false);
   m.def("info", &info, nb::arg("model_dir"));
   nb::class_<Layout>(m, "Layout")
       .def(nb::init<const std::string&, int, int, const std::string&>(), nb::arg("model_dir"), nb::arg("tp_rank") = 0,

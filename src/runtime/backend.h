@@ -44,7 +44,7 @@ struct StepBatch {
   // last layer, before the final norm), returned for every new token of the sequences that set
   // SeqStep::want_aux (StepOutput::aux). Each l in [0, num_layers], no repeats; a backend that
   // cannot return them refuses the step saying so.
-  std::vector<int> aux_layers;
+  std::vector<int> aux_layers{};
   int num_tokens() const {
     int n = 0;
     for (const auto& s : seqs) n += int(s.tokens.size());

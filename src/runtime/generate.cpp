@@ -34,7 +34,7 @@ GenerateResult generate(Backend& b, const GenerateRequest& r) {
   Drafter* drafter = so.method == SpeculativeMethod::Eagle3 ? so.drafter.get() : nullptr;
   if (drafter) {
     M3_CHECK(b.returns_aux(), "generate: speculative eagle3 needs the target's auxiliary hidden states, which the {} "
-             "backend does not return (the CPU reference does)", b.name());
+             "backend does not return (the CPU reference and the single-GPU CUDA backend do)", b.name());
     drafter->release(0);
   }
   auto run = [&](SeqStep q) {

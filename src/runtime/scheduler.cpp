@@ -32,7 +32,7 @@ Scheduler::Scheduler(Backend& backend, SchedulerOptions opt)
     drafter_ = opt_.speculative.drafter.get();
     M3_CHECK(backend_.returns_aux(),
              "scheduler: speculative eagle3 needs the target's auxiliary hidden states, which the {} backend does not "
-             "return (the CPU reference does)", backend_.name());
+             "return (the CPU reference and the single-GPU CUDA backend do)", backend_.name());
   }
   const ModelSpec& sp = spec();
   int64_t capacity = int64_t(blocks_.num_blocks()) * blocks_.block_size();

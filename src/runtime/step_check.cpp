@@ -19,7 +19,7 @@ std::vector<CheckedSeq> check_step(const StepBatch& batch, const StepLimits& lim
   if (!batch.aux_layers.empty() || want_aux) {
     M3_CHECK(lim.num_layers >= 0,
              "step: this backend does not return auxiliary hidden states (aux_layers, EAGLE3 drafts); the CPU "
-             "reference does");
+             "reference and the single-GPU CUDA backend do");
     M3_CHECK(!batch.aux_layers.empty(), "step: a sequence asks for auxiliary hidden states but aux_layers is empty");
     for (size_t k = 0; k < batch.aux_layers.size(); ++k) {
       const int l = batch.aux_layers[k];

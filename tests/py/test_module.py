@@ -1,8 +1,9 @@
 """The Python module against the CLI (run by tests/scripts/python_module.sh with PYTHONPATH set to
 <build>/python): LLM.generate on the fixtures equals `m3mono generate` (greedy and seeded
 sampling), string prompts through the checkpoint's tokenizer equal their ids, tp=2 equals tp=1,
-make_tiny writes a loadable checkpoint, info reports the spec, and bad input raises m3mono.Error
-(a ValueError) naming what is wrong, without killing the interpreter."""
+make_tiny writes a loadable checkpoint, info reports the spec, speculative decoding (n-gram and
+EAGLE3 drafts) gives the greedy ids of plain decoding, and bad input raises m3mono.Error (a
+ValueError) naming what is wrong, without killing the interpreter."""
 import os
 import random
 import subprocess
@@ -79,6 +80,25 @@ def raises(fn, needle, what):
         return
     check(False, f"{what}: no error")
 
+
+# speculative decoding: greedy outputs are those of plain decoding (n-gram and EAGLE3 drafts)
+with tempfile.TemporaryDirectory() as d:
+    path = m3mono.make_tiny(os.path.join(d, "tiny"), seed=rng.randrange(1000), eagle3=True)
+    plain = m3mono.LLM(path, device="cpu", threads=2)
+    for method, draft in (("ngram", None), ("eagle3", os.path.join(path, "eagle3"))):
+        spec = m3mono.LLM(path, device="cpu", threads=2, speculative=method, draft_model=draft, num_draft_tokens=3)
+        for k in range(3):
+            pat = [rng.randrange(1024) for _ in range(3)]
+            prompt = pat * 4 if k % 2 == 0 else [rng.randrange(1024) for _ in range(rng.randrange(2, 30))]
+            want = plain.generate(prompt, m3mono.SamplingParams(max_tokens=16))[0].token_ids
+            got = spec.generate(prompt, m3mono.SamplingParams(max_tokens=16))[0].token_ids
+            st = spec.speculative_stats
+            check(got == want and st["verify_steps"] > 0 and st["drafted"] >= st["accepted"] >= 0,
+                  f"{method} prompt {k}: greedy ids equal plain decoding ({st})")
+    raises(lambda: m3mono.LLM(path, device="cpu", speculative="eagle3"), "--draft-model", "eagle3 without a draft")
+    raises(lambda: m3mono.LLM(path, device="cpu", speculative="medusa"), "medusa", "an unknown speculative method")
+    raises(lambda: m3mono.LLM(path, device="cpu", speculative="eagle3", draft_model=path), "LlamaForCausalLMEagle3",
+           "a target checkpoint given as the draft")
 
 raises(lambda: m3mono.LLM("/nonexistent/model", device="cpu"), "/nonexistent/model", "a missing model directory")
 raises(lambda: m3mono.LLM(model, device="tpu"), "--device", "an unknown device")

@@ -6,7 +6,9 @@
 start_server() {
   local bin="$1" dir="$2"
   shift 2
-  "$bin" make-tiny --out "$dir/model" >"$dir/make-tiny.log" 2>&1 || { cat "$dir/make-tiny.log"; return 1; }
+  # MAKE_TINY_EXTRA: more make-tiny flags (e.g. --eagle3)
+  # shellcheck disable=SC2086
+  "$bin" make-tiny --out "$dir/model" ${MAKE_TINY_EXTRA:-} >"$dir/make-tiny.log" 2>&1 || { cat "$dir/make-tiny.log"; return 1; }
   SERVER_LOG="$dir/serve.log"
   # created here: the background job's redirect may open it only after the loop below first reads
   # it (seen under load: sed found no file and `set -e` ended the test)

@@ -185,6 +185,10 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
   env.bytes_opt = bo;
   env.seed = o.seed;
   env.trace = o.trace;
+  env.aux_layers = o.aux_layers;
+  for (int l : o.aux_layers)
+    M3_CHECK(l >= 0 && l <= spec.num_layers, "bench: --aux-layers {} outside [0, {}] (the measured layers)", l,
+             spec.num_layers);
   for (const auto& c : cases) {
     env.max_len = std::max(env.max_len, c.max_len());
     if (c.is_prefill()) env.max_prefill = std::max(env.max_prefill, c.prefill);

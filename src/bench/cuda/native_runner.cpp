@@ -14,6 +14,7 @@
 // server's backend sizes them for its max_model_len.
 #include <cctype>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,7 @@
 
 #include "bench/cuda/step_runner.h"
 #include "mono/mono.h"
+#include "native/aux_capture.h"
 #include "native/cuda_backend.h"
 #include "native/cuda_check.h"
 #include "native/forward.h"
@@ -107,6 +109,8 @@ class NativeRunner final : public StepRunner {
       if (auto* refusal = std::get_if<mono::Refusal>(&r)) M3_FAIL("bench mono: {}", refusal->text());
       runner_ = std::move(std::get<std::unique_ptr<mono::MonoRunner>>(r));
     }
+    if (!env.aux_layers.empty())
+      aux_ = native::DevBuf(size_t(max_batch_) * 4 * env.aux_layers.size() * size_t(spec.hidden) * 4);
     stride_ = int64_t(o.max_tokens) * spec.top_k;
     M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&route_), size_t(spec.num_layers) * size_t(stride_) * 4));
   }
@@ -155,14 +159,14 @@ class NativeRunner final : public StepRunner {
       m.table_width = W;
       ids.resize(size_t(bucket_), 0);
       fw_->upload(m, ids, s);
-      fw_->run(fw_->bucket_plan(bucket_), s, &obs);
+      run_bucket(s, &obs, nullptr);
       rows_ = c.batch * c.query;
       if (mono_) {  // the same step through mono: bitwise the native plan's logits
         const size_t n = size_t(rows_) * size_t(spec.vocab_size);
         std::vector<float> want(n), got(n);
         M3_CUDA_CHECK(cudaMemcpyAsync(want.data(), fw_->act().logits.get(), n * 4, cudaMemcpyDeviceToHost, s));
         M3_CUDA_CHECK(cudaMemsetAsync(fw_->act().logits.get(), 0xff, n * 4, s));  // NaN poison
-        fw_->run(fw_->bucket_plan(bucket_), s, nullptr, runner_.get());
+        run_bucket(s, nullptr, runner_.get());
         M3_CUDA_CHECK(cudaMemcpyAsync(got.data(), fw_->act().logits.get(), n * 4, cudaMemcpyDeviceToHost, s));
         M3_CUDA_CHECK(cudaStreamSynchronize(s));
         if (std::string e = runner_->take_error(); !e.empty()) M3_FAIL("bench mono: {}", e);
@@ -181,7 +185,19 @@ class NativeRunner final : public StepRunner {
   void enqueue(cudaStream_t s, OpRecorder* rec) override {
     M3_CHECK(!c_.is_prefill(), "bench native: a prefill step is not capturable (run_eager)");
     Observer obs(rec);
-    fw_->run(fw_->bucket_plan(bucket_), s, rec ? &obs : nullptr, runner_.get());
+    run_bucket(s, rec ? &obs : nullptr, runner_.get());
+  }
+
+  // The decode bucket's plan on s, with the aux copies of --aux-layers (mono in parts around them).
+  void run_bucket(cudaStream_t s, native::PlanObserver* obs, native::LayerRangeRunner* runner) {
+    const native::LayerPlan& plan = fw_->bucket_plan(bucket_);
+    if (env_.aux_layers.empty()) return fw_->run(plan, s, obs, runner);
+    std::vector<int> cuts;
+    M3_CHECK(native::aux_runner_cuts(plan, env_.aux_layers, fw_->model().sparse_range(), &cuts) || !runner,
+             "bench mono: --aux-layers {} include a layer mono cannot be cut for", fmt::join(env_.aux_layers, ","));
+    native::AuxCapture cap(plan, env_.aux_layers, fw_->act().x.get<float>(), env_.spec->hidden, bucket_,
+                           aux_.get<float>(), obs);
+    fw_->run(plan, s, &cap, runner, runner ? std::span<const int>(cuts) : std::span<const int>());
   }
 
   void run_eager(cudaStream_t s, OpRecorder* rec) override {
@@ -305,6 +321,7 @@ class NativeRunner final : public StepRunner {
   std::string name_;
   std::unique_ptr<native::Forward> fw_;
   std::unique_ptr<mono::MonoRunner> runner_;
+  native::DevBuf aux_;  // --aux-layers: [rows][layers x hidden] copies
   size_t mono_differ_ = 0;
   std::string trace_summary_;
   BenchCase c_;

@@ -46,6 +46,7 @@ struct StepEnv {
   int max_batch = 0;       // most decode rows
   int64_t max_prefill = 0; // longest prefill
   std::string trace;       // BenchOptions::trace
+  std::vector<int> aux_layers;  // BenchOptions::aux_layers
 };
 
 // Block tables of a case: decode row r (prefill: the one request, r = 0) owns the physical

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "mono/cuda/kernel.h"
 #include "mono/lifecycle.h"
@@ -160,8 +161,8 @@ class Runner final : public MonoRunner {
   // The program of a plan, built and uploaded the first time (eagerly: never while the stream is
   // being captured).
   const Program& program(const native::LayerPlan& plan, native::LayerRange range, cudaStream_t stream) {
-    const int rows = plan.shape.rows;
-    auto it = programs_.find(rows);
+    const ProgramKey key{plan.shape.rows, range.first, range.last};
+    auto it = programs_.find(key);
     if (it != programs_.end() && it->second->plan == &plan && it->second->num_ops == plan.ops.size())
       return *it->second;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -203,7 +204,7 @@ class Runner final : public MonoRunner {
       p->trace = native::DevBuf(size_t(t.num_tasks()) * 3 * 8);
       M3_CUDA_CHECK(cudaMemset(p->trace.get(), 0, p->trace.bytes()));
     }
-    auto& slot = programs_[rows];
+    auto& slot = programs_[key];
     slot = std::move(p);
     return *slot;
   }
@@ -215,7 +216,9 @@ class Runner final : public MonoRunner {
   MonoError* error_host_ = nullptr;
   MonoError* error_dev_ = nullptr;
   native::DevBuf abort_;
-  std::map<int, std::unique_ptr<Program>> programs_;  // by bucket rows
+  // by bucket rows and layer range (a step that copies hidden states out of the range runs it in parts)
+  using ProgramKey = std::tuple<int, int, int>;
+  std::map<ProgramKey, std::unique_ptr<Program>> programs_;
   const Program* last_ = nullptr;
 };
 
