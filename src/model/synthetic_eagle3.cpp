@@ -23,7 +23,7 @@ Eagle3Spec synthetic_eagle3_spec(const ModelSpec& target, const SyntheticEagle3O
   s.draft_vocab = opt.reduced_vocab ? (target.vocab_size + 1) / 2 : target.vocab_size;
   s.rms_eps = 1e-6f;
   s.rope_theta = 10000;
-  s.aux_layers = eagle3_default_aux_layers(target.num_layers);
+  s.aux_layers = opt.aux_layers.empty() ? eagle3_default_aux_layers(target.num_layers) : opt.aux_layers;
   return s;
 }
 

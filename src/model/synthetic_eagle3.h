@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "model/eagle3_spec.h"
 #include "model/spec.h"
@@ -14,6 +15,7 @@ namespace m3 {
 struct SyntheticEagle3Options {
   uint64_t seed = 1;
   bool reduced_vocab = false;
+  std::vector<int> aux_layers;  // empty: eagle3_default_aux_layers (fc reads this many target states)
 };
 
 // The draft's shape for `target` (hidden as the target's, 4 query heads over 2 KV heads, an MLP of

@@ -49,16 +49,26 @@ void AuxCapture::before(const OpCall& op, cudaStream_t stream) {
   if (inner_) inner_->before(op, stream);
 }
 
+void AuxCapture::copy(const Point& p, cudaStream_t stream) const {
+  M3_CUDA_CHECK(cudaMemcpy2DAsync(dst_ + size_t(p.column) * hidden_, size_t(width_) * 4, x_, size_t(hidden_) * 4,
+                                  size_t(hidden_) * 4, size_t(rows_), cudaMemcpyDeviceToDevice, stream));
+}
+
 void AuxCapture::after(const OpCall& op, cudaStream_t stream) {
   if (inner_) inner_->after(op, stream);
   for (const Point& p : points_)
-    if (p.op == &op)
-      M3_CUDA_CHECK(cudaMemcpy2DAsync(dst_ + size_t(p.column) * hidden_, size_t(width_) * 4, x_, size_t(hidden_) * 4,
-                                      size_t(hidden_) * 4, size_t(rows_), cudaMemcpyDeviceToDevice, stream));
+    if (p.op == &op) copy(p, stream);
 }
 
 void AuxCapture::before_runner(const LayerRangeRunner& runner, LayerRange range, cudaStream_t stream) {
   if (inner_) inner_->before_runner(runner, range, stream);
+}
+
+void AuxCapture::after_runner_part(const LayerPlan& plan, int end, cudaStream_t stream) {
+  if (inner_) inner_->after_runner_part(plan, end, stream);
+  const OpCall* last = &plan.ops[size_t(plan.layer_first_op(end) - 1)];
+  for (const Point& p : points_)
+    if (p.op == last) copy(p, stream);
 }
 
 }  // namespace m3::native

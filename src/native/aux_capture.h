@@ -30,12 +30,15 @@ class AuxCapture final : public PlanObserver {
   void before(const OpCall& op, cudaStream_t stream) override;
   void after(const OpCall& op, cudaStream_t stream) override;
   void before_runner(const LayerRangeRunner& runner, LayerRange range, cudaStream_t stream) override;
+  // The copies of layer end - 1's last op (which the runner ran).
+  void after_runner_part(const LayerPlan& plan, int end, cudaStream_t stream) override;
 
  private:
   struct Point {
     const OpCall* op;
     int column;  // index in the layer list
   };
+  void copy(const Point& p, cudaStream_t stream) const;
   std::vector<Point> points_;
   const float* x_;
   int hidden_, rows_, width_;

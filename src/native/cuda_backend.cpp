@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -164,8 +165,8 @@ class CudaBackendImpl final : public CudaBackend {
       if (!b.aux_layers.empty()) {  // hidden states copied where the runner's range can be cut for them
         const int q = bucket_query_len(b, BucketLimits{opt_.max_graph_batch, opt_.max_tokens, opt_.logits_rows}, false);
         std::vector<int> cuts;
-        if (q > 0 && !aux_runner_cuts(fw_.bucket_plan(decode_bucket(int(b.seqs.size())) * q), b.aux_layers,
-                                      fw_.model().sparse_range(), &cuts))
+        if (q <= 0 || !aux_runner_cuts(fw_.bucket_plan(decode_bucket(int(b.seqs.size())) * q), b.aux_layers,
+                                       fw_.model().sparse_range(), &cuts))
           return "aux";
       }
       return r->refusal(b);
@@ -362,7 +363,8 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       std::vector<int> cuts;
       M3_CHECK(aux_runner_cuts(plan, aux_layers_, fw_.model().sparse_range(), &cuts) || !runner,
-               "cuda backend: aux hidden states inside the {} path's layers", runner ? runner->name() : "");
+               "cuda backend: aux layers {} include one whose hidden state the {} path cannot leave between its parts",
+               fmt::join(aux_layers_, ","), runner ? runner->name() : "");
       AuxCapture cap(plan, aux_layers_, act.x.get<float>(), spec_.hidden, m.num_tokens, aux_dev_.get<float>(), rec);
       fw_.run(plan, stream_, &cap, runner, runner ? std::span<const int>(cuts) : std::span<const int>());
       for (const Pass::Segment& g : pass.segments)
@@ -419,7 +421,8 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       std::vector<int> cuts;
       M3_CHECK(aux_runner_cuts(plan, aux_layers_, fw_.model().sparse_range(), &cuts) || !runner,
-               "cuda backend: aux hidden states inside the {} path's layers", runner ? runner->name() : "");
+               "cuda backend: aux layers {} include one whose hidden state the {} path cannot leave between its parts",
+               fmt::join(aux_layers_, ","), runner ? runner->name() : "");
       AuxCapture cap(plan, aux_layers_, act.x.get<float>(), spec_.hidden, T, aux_dev_.get<float>(), nullptr);
       r = graphs_.run({T, path, aux_variant_}, stream_, [&] {
         fw_.run(plan, stream_, &cap, runner, runner ? std::span<const int>(cuts) : std::span<const int>());

@@ -58,7 +58,7 @@ void Forward::run(const LayerPlan& plan, cudaStream_t stream, PlanObserver* obs,
     const LayerRange part{a, b};
     if (obs) obs->before_runner(*runner, part, stream);
     runner->run_layers(plan, part, stream);
-    if (obs && k < cuts.size()) obs->after(plan.ops[size_t(plan.layer_first_op(b) - 1)], stream);
+    if (obs && k < cuts.size()) obs->after_runner_part(plan, b, stream);
     a = b;
     if (b == r.last) break;
   }

@@ -27,6 +27,11 @@ class PlanObserver {
   virtual void before_runner(const LayerRangeRunner& runner, LayerRange range, cudaStream_t stream) {
     (void)runner, (void)range, (void)stream;
   }
+  // After a runner's part of its range that ends at layer `end` (Forward::run's cuts): what layer
+  // end - 1's ops left is in the activations now.
+  virtual void after_runner_part(const LayerPlan& plan, int end, cudaStream_t stream) {
+    (void)plan, (void)end, (void)stream;
+  }
 };
 
 struct ForwardOptions {
@@ -64,7 +69,7 @@ class Forward {
   // Enqueues the plan's ops on stream. With a runner, the sparse range's layers are its (the
   // plan's ops for them are skipped). obs (may be null) sees every op launched here. cuts (layers in
   // (first, last] of the sparse range) run the range in parts: after the part ending at cut c, obs
-  // sees after() of layer c - 1's last op (a copy of what it left, native/aux_capture.h).
+  // sees after_runner_part(plan, c) (a copy of what it left, native/aux_capture.h).
   void run(const LayerPlan& plan, cudaStream_t stream, PlanObserver* obs = nullptr, LayerRangeRunner* runner = nullptr,
            std::span<const int> cuts = {});
   // Runs plan ops [begin, end) (no runner).

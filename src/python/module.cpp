@@ -63,6 +63,9 @@ class Engine {
     sa.num_draft_tokens = num_draft_tokens;
     spec_opt_ = cli::speculative_options(sa, "LLM", model_dir, spec_);
     backend_ = cli::make_chosen_backend(c, model_dir, spec_, "LLM");
+    M3_CHECK(spec_opt_.method != SpeculativeMethod::Eagle3 || backend_->returns_aux(),
+             "LLM: speculative eagle3 needs the target's hidden states, which the {} backend does not return (the "
+             "CPU reference and the single-GPU CUDA backend do)", backend_->name());
     const auto tok = std::filesystem::path(model_dir) / "tokenizer.json";
     if (std::filesystem::exists(tok)) tokenizer_ = text::Tokenizer::load(tok.string(), spec_.vocab_size);
   }
@@ -77,9 +80,12 @@ class Engine {
     r.speculative = spec_opt_;
     M3_CHECK(generate_positions(r) <= max_len_, "LLM: {} prompt tokens + {} new tokens exceed max_model_len {}",
              prompt.size(), max_tokens, max_len_);
-    nb::gil_scoped_release release;  // the step loop holds no Python object
-    GenerateResult g = m3::generate(*backend_, r);
-    last_ = {{"verify_steps", g.verify_steps}, {"drafted", g.drafted}, {"accepted", g.accepted}};
+    GenerateResult g;
+    {
+      nb::gil_scoped_release release;  // the step loop holds no Python object
+      g = m3::generate(*backend_, r);
+    }
+    last_ = {{"verify_steps", g.verify_steps}, {"drafted", g.drafted}, {"accepted", g.accepted}};  // GIL held
     return std::move(g.ids);
   }
   // Speculative decoding counts of the last generate (verify steps, drafts scored, drafts kept).

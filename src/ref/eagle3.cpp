@@ -83,8 +83,8 @@ class DraftTensors {
     if (!t) return {};
     M3_CHECK(t->shape == std::vector<int64_t>{draft_vocab}, "EAGLE3 draft {}: tensor 'd2t' has shape {}, expected [{}]",
              t->file, t->shape_str(), draft_vocab);
-    M3_CHECK(t->dtype == DType::I64 || t->dtype == DType::I32, "EAGLE3 draft {}: tensor 'd2t' is {}, expected I64",
-             t->file, dtype_name(t->dtype));
+    M3_CHECK(t->dtype == DType::I64 || t->dtype == DType::I32,
+             "EAGLE3 draft {}: tensor 'd2t' is {}, expected I64 (or I32)", t->file, dtype_name(t->dtype));
     std::vector<int32_t> out(static_cast<size_t>(draft_vocab));
     for (int i = 0; i < draft_vocab; ++i) {
       int64_t v;
@@ -174,19 +174,19 @@ Eagle3Model::Eagle3Model(Eagle3Spec spec, Eagle3Weights w, int threads)
 }
 
 std::vector<float> Eagle3Model::forward(Eagle3Cache& cache, int32_t start, std::span<const int32_t> tokens,
-                                        const float* hidden, int width, std::vector<float>* last_logits) {
+                                        const float* hidden, Input in, std::vector<float>* last_logits) {
   const int n = int(tokens.size()), H = s_.hidden, hd = s_.head_dim, nh = s_.num_heads, kvh = s_.num_kv_heads;
   const int qd = s_.q_dim(), kd = s_.kv_dim(), I = s_.intermediate;
   M3_CHECK(n >= 1, "EAGLE3 draft: no rows");
-  M3_CHECK(width == H || width == s_.fc_in(), "EAGLE3 draft: hidden rows of {} floats (expected {} or {})", width, H,
-           s_.fc_in());
-  M3_CHECK(start >= 0 && start <= cache.len, "EAGLE3 draft: rows from position {} but the cache holds {} positions",
-           start, cache.len);
-  for (int32_t t : tokens)
-    M3_CHECK(t >= 0 && t < s_.vocab, "EAGLE3 draft: token {} outside the vocabulary [0, {})", t, s_.vocab);
+  M3_CHECK(start >= 0 && start <= cache.len,
+           "EAGLE3 draft: {} rows from position {}, but the draft cache holds positions [0, {}) only", n, start,
+           cache.len);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    M3_CHECK(tokens[i] >= 0 && tokens[i] < s_.vocab, "EAGLE3 draft: row {} (position {}) has token {} outside the "
+             "vocabulary [0, {})", i, start + int(i), tokens[i], s_.vocab);
   std::vector<float> h(size_t(n) * H);
-  if (width == H) std::copy_n(hidden, h.size(), h.data());
-  else linear(w_.fc, hidden, width, n, h.data(), H, pool_);
+  if (in == Input::DraftPrenorm) std::copy_n(hidden, h.size(), h.data());
+  else linear(w_.fc, hidden, s_.fc_in(), n, h.data(), H, pool_);
   std::vector<float> a(size_t(n) * 2 * H), r(size_t(n) * H);
   for (int i = 0; i < n; ++i) {
     float* ai = a.data() + size_t(i) * 2 * H;
@@ -277,7 +277,7 @@ void Eagle3Drafter::observe(uint64_t seq, int32_t start, std::span<const int32_t
            "EAGLE3 drafter: sequence {} observed from position {} but it has seen positions [0, {}) only", seq, start,
            s.cache.len);
   std::vector<float> logits;
-  const std::vector<float> r = m_->forward(s.cache, start, next, aux, m_->spec().fc_in(), &logits);
+  const std::vector<float> r = m_->forward(s.cache, start, next, aux, Eagle3Model::Input::TargetAux, &logits);
   s.cache.len = start + int32_t(next.size());
   const int H = m_->spec().hidden;
   s.prenorm.assign(r.end() - H, r.end());
@@ -298,7 +298,8 @@ std::vector<int32_t> Eagle3Drafter::propose(uint64_t seq, int k) {
     const int32_t tok = drafts.back();
     const int saved = c.len;
     c.len = len + i - 1;  // the row's position: after the observed ones and the drafts before it
-    h = m_->forward(c, len + i - 1, std::span<const int32_t>(&tok, 1), h.data(), m_->spec().hidden, &logits);
+    h = m_->forward(c, len + i - 1, std::span<const int32_t>(&tok, 1), h.data(), Eagle3Model::Input::DraftPrenorm,
+                    &logits);
     c.len = saved;
     drafts.push_back(argmax(logits));
   }

@@ -55,13 +55,15 @@ class Eagle3Model {
   Eagle3Model(Eagle3Spec spec, Eagle3Weights w, int threads = 0);
   const Eagle3Spec& spec() const { return s_; }
   const Eagle3Weights& weights() const { return w_; }
+  // What a row's hidden input is: the target's aux states (fc_in floats, through fc) or the draft's
+  // own pre-norm output of the row before (hidden floats).
+  enum class Input : uint8_t { TargetAux, DraftPrenorm };
   // n consecutive rows at positions start .. start + n - 1 of `cache` (its K/V written there;
   // attention over positions 0 .. p of each row): tokens[i] the row's token, hidden n rows of
-  // `width` floats (fc_in: the target's aux states; hidden: the draft's pre-norm output). Returns
-  // the rows' pre-norm outputs (n x hidden) and the last row's logits over the target vocabulary
-  // (d2t applied; -inf where no draft id maps) in last_logits when given.
+  // `in`. Returns the rows' pre-norm outputs (n x hidden) and the last row's logits over the target
+  // vocabulary (d2t applied; -inf where no draft id maps) in last_logits when given.
   std::vector<float> forward(Eagle3Cache& cache, int32_t start, std::span<const int32_t> tokens, const float* hidden,
-                             int width, std::vector<float>* last_logits);
+                             Input in, std::vector<float>* last_logits);
 
  private:
   Eagle3Spec s_;

@@ -46,11 +46,13 @@ GenerateResult generate(Backend& b, const GenerateRequest& r) {
     StepOutput o = b.step(batch);
     ++out.paths[o.path];
     if (!o.fallback_reason.empty()) ++out.fallbacks[o.fallback_reason];
-    if (drafter)
-      M3_CHECK(o.aux_width == int(drafter->aux_layers().size()) * spec.hidden && o.aux_first_row.size() == 1 &&
-                   o.aux.size() >= batch.seqs[0].tokens.size() * size_t(o.aux_width),
-               "generate: the backend returned aux rows of width {} ({} floats) for {} tokens", o.aux_width,
-               o.aux.size(), batch.seqs[0].tokens.size());
+    if (drafter) {
+      const size_t w = drafter->aux_layers().size() * size_t(spec.hidden), n = batch.seqs[0].tokens.size();
+      M3_CHECK(size_t(o.aux_width) == w && o.aux_first_row.size() == 1 && o.aux_first_row[0] >= 0 &&
+                   (size_t(o.aux_first_row[0]) + n) * w <= o.aux.size(),
+               "generate: the backend returned aux rows of width {} from row {} ({} floats) for {} tokens; expected "
+               "width {}", o.aux_width, o.aux_first_row.empty() ? -1 : o.aux_first_row[0], o.aux.size(), n, w);
+    }
     return o;
   };
   auto observe = [&](int32_t start, std::span<const int32_t> next, const StepOutput& o) {

@@ -1,6 +1,8 @@
 // Scheduler: planning (budget, admission, preemption), running and post-processing one step.
 #include "runtime/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,6 +22,7 @@ struct Scheduler::Seq {
   SamplerState sampler;
   int preemptions = 0;
   std::vector<int32_t> drafts;  // this step's draft tokens (a verify row), empty otherwise
+  bool drafter_off = false;     // the drafter failed on this request: no drafts, no aux rows
   int generated() const { return int(tokens.size()) - prompt_len; }
 };
 
@@ -49,7 +52,10 @@ Scheduler::Scheduler(Backend& backend, SchedulerOptions opt)
   max_model_len_ = int(std::min<int64_t>(limit, INT32_MAX));
 }
 
-Scheduler::~Scheduler() = default;
+Scheduler::~Scheduler() {
+  if (drafter_)
+    for (const auto& [id, seq] : seqs_) drafter_->release(id);
+}
 
 void Scheduler::validate(const GenerationRequest& r) const {
   const int vocab = spec().vocab_size;
@@ -148,12 +154,27 @@ bool Scheduler::stops(const Seq& s, int32_t tok) const {
 
 // The drafter sees what the step kept of a sequence that asked for aux rows: positions start ..
 // start + kept - 1 and, for each, the token after it (the prompt's, or what was sampled).
+// A drafter that fails (a bad draft checkpoint value, out of memory) only costs the request its
+// drafts: its state goes, later proposals are empty, and the step's results stand.
 void Scheduler::observe(Seq* s, const StepOutput& out, int k, int start, int kept) {
-  if (!drafter_ || out.aux_first_row.empty() || out.aux_first_row[size_t(k)] < 0 || kept <= 0) return;
-  M3_CHECK(int(s->tokens.size()) >= start + kept + 1, "scheduler: sequence {} has {} tokens, the drafter needs {}",
-           s->id, s->tokens.size(), start + kept + 1);
-  drafter_->observe(s->id, start, std::span<const int32_t>(s->tokens.data() + start + 1, size_t(kept)),
-                    out.aux_row(k, 0));
+  if (!drafter_ || s->drafter_off || out.aux_first_row.empty() || out.aux_first_row[size_t(k)] < 0 || kept <= 0)
+    return;
+  try {
+    M3_CHECK(int(s->tokens.size()) >= start + kept + 1, "scheduler: request {} has {} tokens, the drafter needs {}",
+             s->id, s->tokens.size(), start + kept + 1);
+    drafter_->observe(s->id, start, std::span<const int32_t>(s->tokens.data() + start + 1, size_t(kept)),
+                      out.aux_row(k, 0));
+  } catch (const std::exception& e) {
+    drafter_failed(s, e);
+  }
+}
+
+void Scheduler::drafter_failed(Seq* s, const std::exception& e) {
+  drafter_->release(s->id);
+  s->drafter_off = true;
+  s->drafts.clear();
+  ++drafter_failures_;
+  last_drafter_error_ = fmt::format("request {}: {}", s->id, e.what());
 }
 
 // A verify row's outcome: the kept drafts and the token that ends it, appended one by one under
@@ -222,7 +243,7 @@ StepReport Scheduler::step() {
       st.want_logits = false;  // the scheduler reads no logits then (unless the backend samples nothing)
       if (s->num_computed + n == int(s->tokens.size())) st.sample = SamplingRequest{s->req.sampling, s->sampler};
     }
-    if (drafter_ && s->req.sampling.temperature == 0) {  // drafts are for greedy requests (below)
+    if (drafter_ && !s->drafter_off && s->req.sampling.temperature == 0) {  // drafts: greedy requests (below)
       st.want_aux = true;
       batch.aux_layers = drafter_->aux_layers();
     }
@@ -250,7 +271,16 @@ StepReport Scheduler::step() {
     const int room = std::min({so.num_draft_tokens, budget - 1, s->req.max_tokens - s->generated() - 1,
                                max_model_len_ - int(s->tokens.size()) - 1});
     if (room <= 0) return;
-    s->drafts = drafter_ ? drafter_->propose(s->id, room) : ngram_drafts(s->tokens, so.ngram_min, so.ngram_max, room);
+    if (!drafter_) {
+      s->drafts = ngram_drafts(s->tokens, so.ngram_min, so.ngram_max, room);
+    } else {
+      if (s->drafter_off) return;
+      try {
+        s->drafts = drafter_->propose(s->id, room);
+      } catch (const std::exception& e) {  // as in observe(): no drafts for this request from now on
+        drafter_failed(s, e);
+      }
+    }
     if (s->drafts.empty()) return;
     // a block for each running request after this one stays free (their next token may need it)
     const int64_t len = int64_t(s->num_computed) + 1 + int64_t(s->drafts.size());
@@ -343,7 +373,7 @@ StepReport Scheduler::step() {
         if (batch.seqs[k].want_aux)
           M3_CHECK(out.aux_first_row[k] >= 0 && (size_t(out.aux_first_row[k]) + batch.seqs[k].tokens.size()) *
                                                         size_t(out.aux_width) <= out.aux.size(),
-                   "scheduler: backend returned no aux rows for sequence {}", k);
+                   "scheduler: backend returned no aux rows for request {} (batch row {})", members[k]->id, k);
     }
   } catch (const std::exception& e) {
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -77,6 +78,9 @@ class Scheduler {
   int num_waiting() const { return int(waiting_.size()); }
   int num_running() const { return int(running_.size()); }
   const BlockManager& blocks() const { return blocks_; }
+  // Drafter calls that threw (speculative eagle3): those requests went on without drafts.
+  int drafter_failures() const { return drafter_failures_; }
+  const std::string& last_drafter_error() const { return last_drafter_error_; }
   int max_model_len() const { return max_model_len_; }
   const SchedulerOptions& options() const { return opt_; }
   const ModelSpec& spec() const { return backend_.spec(); }
@@ -86,6 +90,7 @@ class Scheduler {
   void preempt(Seq* s);
   void verified(Seq* s, const StepOutput& out, int k, StepReport& rep);
   void observe(Seq* s, const StepOutput& out, int k, int start, int kept);
+  void drafter_failed(Seq* s, const std::exception& e);
   bool stops(const Seq& s, int32_t tok) const;
   void finish(Seq* s, FinishReason r, int32_t stop_token, std::vector<int32_t> new_tokens, std::string error,
               std::vector<TokenLogprob> logprobs = {});
@@ -93,6 +98,8 @@ class Scheduler {
 
   Backend& backend_;
   Drafter* drafter_ = nullptr;  // opt_.speculative.drafter for eagle3
+  int drafter_failures_ = 0;     // drafter calls that threw (those requests decode without drafts)
+  std::string last_drafter_error_;
   SchedulerOptions opt_;
   int max_model_len_ = 0;
   BlockManager blocks_;

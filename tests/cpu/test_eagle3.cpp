@@ -17,10 +17,11 @@
 #include <map>
 #include <random>
 
+#include "common/recording_drafter.h"
+#include "common/temp_dir.h"
 #include "common/tiny_reference.h"
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "core/check.h"
 #include "core/codecs.h"
@@ -38,26 +39,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::path(testing::TempDir()) / ("m3_eagle3_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
 struct Draft {
-  fs::path dir;
+  std::shared_ptr<test::TempDir> tmp = std::make_shared<test::TempDir>();  // removed with the last copy
+  fs::path dir = tmp->path;
   std::shared_ptr<ref::Eagle3Model> model;
 };
 
 // A synthetic draft for the tiny reference model, its shared tensors from the tiny model's weights.
-Draft make_draft(bool reduced, uint64_t seed, int threads = 2) {
+Draft make_draft(bool reduced, uint64_t seed, int threads = 2, std::vector<int> aux_layers = {}) {
   const auto& t = test::tiny();
   Draft d;
-  d.dir = temp_dir(std::string(reduced ? "reduced" : "shared") + std::to_string(seed));
   SyntheticEagle3Options o;
   o.seed = seed;
   o.reduced_vocab = reduced;
+  o.aux_layers = std::move(aux_layers);
   write_synthetic_eagle3(d.dir, t.spec, o);
   Eagle3Spec s = load_eagle3_spec(d.dir, t.spec);
   const auto src = make_weight_source(t.weights);
@@ -100,9 +95,10 @@ struct NaiveDraft {
       }
   }
   // One row at position pos (== K.size()): returns the pre-norm output; logits when asked.
-  std::vector<double> row(int32_t tok, const std::vector<double>& hid, std::vector<double>* logits) {
+  // from_target: hid holds the target's aux states (through fc), else the previous row's output.
+  std::vector<double> row(int32_t tok, const std::vector<double>& hid, bool from_target, std::vector<double>* logits) {
     const int H = s.hidden, hd = s.head_dim;
-    std::vector<double> h = int(hid.size()) == H ? hid : mv(w.fc, hid);
+    std::vector<double> h = from_target ? mv(w.fc, hid) : hid;
     std::vector<double> e(w.embed.row(tok), w.embed.row(tok) + H);
     std::vector<double> a = rms(e, w.input_norm), g = rms(h, w.hidden_norm);
     std::vector<double> r = s.norm_before_residual ? g : h;
@@ -182,7 +178,8 @@ double rel_diff(const std::vector<float>& got, const std::vector<double>& want, 
 
 TEST(Eagle3, ConfigRefusalsNameTheField) {
   const ModelSpec& t = test::tiny().spec;
-  const fs::path d = temp_dir("config");
+  const test::TempDir tmp;
+  const fs::path d = tmp.path;
   const Eagle3Spec good = synthetic_eagle3_spec(t);
   auto expect_error = [&](const std::string& edit_from, const std::string& edit_to, const std::string& words) {
     std::string j = eagle3_spec_to_json(good);
@@ -227,7 +224,6 @@ TEST(Eagle3, ConfigRefusalsNameTheField) {
   EXPECT_EQ(back.aux_layers, good.aux_layers);
   EXPECT_EQ(back.q_dim(), good.q_dim());
   EXPECT_EQ(back.rms_eps, good.rms_eps);
-  fs::remove_all(d);
 }
 
 TEST(Eagle3, LoadedTensorsAreTheFilesValues) {
@@ -252,7 +248,8 @@ TEST(Eagle3, LoadedTensorsAreTheFilesValues) {
   EXPECT_EQ(s.model->weights().lm_head.data, test::tiny().weights.lm_head.data);
   EXPECT_EQ(s.model->weights().embed.data, test::tiny().weights.embed.data);
   // a missing tensor is named
-  fs::path broken = temp_dir("broken");
+  const test::TempDir broken_dir;
+  const fs::path broken = broken_dir.path;
   {
     SafetensorsWriter wr;
     wr.add("fc.weight", DType::BF16, {1, 1}, std::vector<uint8_t>{0, 0});
@@ -264,9 +261,6 @@ TEST(Eagle3, LoadedTensorsAreTheFilesValues) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fc.weight"), std::string::npos) << e.what();
   }
-  fs::remove_all(broken);
-  fs::remove_all(d.dir);
-  fs::remove_all(s.dir);
 }
 
 // The library's rows (pre-norm outputs of every row, logits of the last) against the naive draft,
@@ -276,26 +270,30 @@ TEST(Eagle3, ModelMatchesANaiveImplementation) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  for (bool reduced : {false, true}) {
-    const Draft d = make_draft(reduced, seed % 1000 + 1);
+  // shared and own lm_head; and one aux layer (fc then maps hidden to hidden: the rows must still
+  // go through it)
+  for (int variant : {0, 1, 2}) {
+    const bool reduced = variant == 1;
+    const Draft d = make_draft(reduced, seed % 1000 + 1, 2, variant == 2 ? std::vector<int>{2} : std::vector<int>{});
     const Eagle3Spec& s = d.model->spec();
+    if (variant == 2) ASSERT_EQ(s.fc_in(), s.hidden);
     NaiveDraft nv{s, d.model->weights(), {}, {}};
     const int n = 3 + int(rng() % 20);
     const auto [toks, aux] = random_rows(rng, s, n);
     ref::Eagle3Cache c;
     std::vector<float> logits(7, NAN);  // poisoned: must be replaced whole
-    std::vector<float> r = d.model->forward(c, 0, toks, aux.data(), s.fc_in(), &logits);
+    std::vector<float> r = d.model->forward(c, 0, toks, aux.data(), ref::Eagle3Model::Input::TargetAux, &logits);
     std::vector<double> want_logits, want_r;
     for (int i = 0; i < n; ++i) {
       const std::vector<double> hid(aux.begin() + size_t(i) * s.fc_in(), aux.begin() + size_t(i + 1) * s.fc_in());
-      const std::vector<double> ri = nv.row(toks[size_t(i)], hid, i == n - 1 ? &want_logits : nullptr);
+      const std::vector<double> ri = nv.row(toks[size_t(i)], hid, true, i == n - 1 ? &want_logits : nullptr);
       want_r.insert(want_r.end(), ri.begin(), ri.end());
     }
     size_t worst;
     double e = rel_diff(r, want_r, &worst);
     // fp32 intermediates (products summed in double) through two norms, attention and the MLP:
     // a few float roundings of relative size 6e-8 each; 1e-5 leaves room and catches any wrong term
-    EXPECT_LT(e, 1e-5) << (reduced ? "reduced" : "shared") << " pre-norm rows: worst element " << worst;
+    EXPECT_LT(e, 1e-5) << "variant " << variant << " pre-norm rows: worst element " << worst;
     e = rel_diff(logits, want_logits, &worst);
     EXPECT_LT(e, 1e-5) << "logits: worst element " << worst;
     c.len = n;
@@ -304,14 +302,14 @@ TEST(Eagle3, ModelMatchesANaiveImplementation) {
     for (int k = 0; k < 3; ++k) {
       const int32_t t = int32_t(rng() % uint32_t(s.vocab));
       c.len = n + k;
-      h = d.model->forward(c, n + k, std::span<const int32_t>(&t, 1), h.data(), s.hidden, &logits);
-      hd = nv.row(t, hd, &want_logits);
+      h = d.model->forward(c, n + k, std::span<const int32_t>(&t, 1), h.data(), ref::Eagle3Model::Input::DraftPrenorm,
+                           &logits);
+      hd = nv.row(t, hd, false, &want_logits);
       e = rel_diff(h, hd, &worst);
       EXPECT_LT(e, 1e-5) << "draft row " << k << ": worst element " << worst;
       e = rel_diff(logits, want_logits, &worst);
       EXPECT_LT(e, 1e-5) << "draft row " << k << " logits: worst element " << worst;
     }
-    fs::remove_all(d.dir);
   }
 }
 
@@ -336,7 +334,7 @@ TEST(Eagle3, ProposeIsGreedyDraftingOfTheModel) {
     std::vector<double> logits, h;
     for (int i = 0; i < n; ++i)
       h = nv.row(next[size_t(i)], std::vector<double>(aux.begin() + size_t(i) * s.fc_in(), aux.begin() + size_t(i + 1) * s.fc_in()),
-                 i == n - 1 ? &logits : nullptr);
+                 true, i == n - 1 ? &logits : nullptr);
     for (int k = 0; k < 3; ++k) {
       std::vector<double> sorted = logits;
       std::sort(sorted.begin(), sorted.end(), std::greater<>());
@@ -347,12 +345,11 @@ TEST(Eagle3, ProposeIsGreedyDraftingOfTheModel) {
       }
       ASSERT_EQ(got[size_t(k)], want) << "draft " << k << " of repetition " << rep;
       ++compared;
-      h = nv.row(want, h, &logits);
+      h = nv.row(want, h, false, &logits);
     }
     EXPECT_EQ(dr.propose(3, 2), std::vector<int32_t>(got.begin(), got.begin() + 2)) << "a second propose differs";
   }
   EXPECT_GE(compared, 8) << "too few drafts compared";
-  fs::remove_all(d.dir);
 }
 
 TEST(Eagle3, AuxRowsAreTheResidualStream) {
@@ -456,57 +453,6 @@ SchedRun run_scheduler(const std::vector<GenerationRequest>& reqs, SchedulerOpti
   return out;
 }
 
-// Wraps the EAGLE3 drafter: records what it proposes at each point of each sequence (with the
-// history it had observed), but hands the scheduler the plain run's next tokens with one changed at
-// random, so verify steps keep 0 .. k drafts and the drafter observes kept runs of every length.
-class RecordingDrafter final : public Drafter {
- public:
-  RecordingDrafter(std::shared_ptr<ref::Eagle3Drafter> inner, std::vector<std::vector<int32_t>> full,
-                   unsigned seed)
-      : inner_(std::move(inner)), full_(std::move(full)), rng_(seed) {}
-  std::string name() const override { return "recording"; }
-  const std::vector<int>& aux_layers() const override { return inner_->aux_layers(); }
-  void observe(uint64_t seq, int32_t start, std::span<const int32_t> next, const float* aux) override {
-    auto& h = seen_[seq];
-    EXPECT_LE(size_t(start), h.size()) << "sequence " << seq;
-    h.resize(size_t(start));
-    h.insert(h.end(), next.begin(), next.end());
-    observes_ += 1;
-    if (start > 0) longest_ = std::max(longest_, int(next.size()));  // after the prompt's observe
-    inner_->observe(seq, start, next, aux);
-  }
-  std::vector<int32_t> propose(uint64_t seq, int k) override {
-    Point p{seq, seen_[seq], k, inner_->propose(seq, k)};
-    EXPECT_EQ(int(p.drafts.size()), k);
-    points_.push_back(p);
-    // the plain run's continuation after the last observed token, one token spoiled at random
-    const auto& f = full_[seq];
-    const size_t at = p.history.size() + 1;  // full_ holds prompt + output; history starts at token 1
-    std::vector<int32_t> d;
-    for (size_t i = at; i < f.size() && int(d.size()) < k; ++i) d.push_back(f[i]);
-    if (!d.empty() && rng_() % 3 != 0) d[rng_() % d.size()] ^= 1;
-    return d;
-  }
-  void release(uint64_t seq) override {
-    seen_.erase(seq);
-    inner_->release(seq);
-  }
-  struct Point {
-    uint64_t seq;
-    std::vector<int32_t> history;  // tokens 1 .. len observed
-    int k;
-    std::vector<int32_t> drafts;
-  };
-  std::vector<Point> points_;
-  int observes_ = 0, longest_ = 0;
-
- private:
-  std::shared_ptr<ref::Eagle3Drafter> inner_;
-  std::vector<std::vector<int32_t>> full_;
-  std::mt19937 rng_;
-  std::map<uint64_t, std::vector<int32_t>> seen_;
-};
-
 }  // namespace
 
 TEST(Eagle3, GreedyOutputsEqualPlainDecoding) {
@@ -574,7 +520,6 @@ TEST(Eagle3, GreedyOutputsEqualPlainDecoding) {
       EXPECT_EQ(tight.tokens[i], grow_plain.tokens[i]) << "request " << i << " (tight)";
     EXPECT_EQ(tight.free_after, 6);
     EXPECT_EQ(drafter->sequences(), 0u);
-    fs::remove_all(d.dir);
   }
 }
 
@@ -603,7 +548,7 @@ TEST(Eagle3, DraftsDependOnTheKeptHistoryOnly) {
     full.push_back(reqs[i].prompt);
     full.back().insert(full.back().end(), want.tokens[i].begin(), want.tokens[i].end());
   }
-  auto rec = std::make_shared<RecordingDrafter>(std::make_shared<ref::Eagle3Drafter>(d.model), full, seed);
+  auto rec = std::make_shared<test::RecordingDrafter>(std::make_shared<ref::Eagle3Drafter>(d.model), full, seed);
   SchedulerOptions spec = plain;
   spec.speculative.method = SpeculativeMethod::Eagle3;
   spec.speculative.drafter = rec;
@@ -634,7 +579,59 @@ TEST(Eagle3, DraftsDependOnTheKeptHistoryOnly) {
   }
   std::printf("  [eagle3 bookkeeping] %zu draft points replayed, %d observes (longest %d tokens), %d of %d drafts "
               "kept\n", rec->points_.size(), rec->observes_, rec->longest_, got.sum.accepted, got.sum.drafted);
-  fs::remove_all(d.dir);
+}
+
+// A drafter that throws now and then (a bad value in a draft checkpoint, say) costs its requests
+// their drafts, never their outputs or the step.
+TEST(Eagle3, AFailingDrafterOnlyCostsDrafts) {
+  class Flaky final : public Drafter {
+   public:
+    explicit Flaky(std::shared_ptr<ref::Eagle3Drafter> d) : d_(std::move(d)) {}
+    std::string name() const override { return "flaky"; }
+    const std::vector<int>& aux_layers() const override { return d_->aux_layers(); }
+    void observe(uint64_t seq, int32_t start, std::span<const int32_t> next, const float* aux) override {
+      if (++calls_ % 5 == 0) M3_FAIL("flaky drafter: observe {} fails", calls_);
+      d_->observe(seq, start, next, aux);
+    }
+    std::vector<int32_t> propose(uint64_t seq, int k) override {
+      if (++calls_ % 7 == 0) M3_FAIL("flaky drafter: propose {} fails", calls_);
+      return d_->propose(seq, k);
+    }
+    void release(uint64_t seq) override { d_->release(seq); }
+    int calls_ = 0;
+    std::shared_ptr<ref::Eagle3Drafter> d_;
+  };
+  const Draft d = make_draft(false, 3);
+  auto inner = std::make_shared<ref::Eagle3Drafter>(d.model);
+  auto flaky = std::make_shared<Flaky>(inner);
+  std::mt19937 rng(std::random_device{}());
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 5; ++i) {
+    GenerationRequest r;
+    r.prompt = random_prompt(rng, test::tiny().spec.vocab_size);
+    r.max_tokens = 10 + int(rng() % 10);
+    r.ignore_eos = true;
+    reqs.push_back(std::move(r));
+  }
+  SchedulerOptions plain;
+  plain.max_num_seqs = 3;
+  const SchedRun want = run_scheduler(reqs, plain, 64);
+  SchedulerOptions spec = plain;
+  spec.speculative.method = SpeculativeMethod::Eagle3;
+  spec.speculative.drafter = flaky;
+  auto backend = test::tiny().backend(64);
+  Scheduler s(*backend, spec);
+  std::vector<std::vector<int32_t>> got(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i)
+    s.add(i, reqs[i], [&got, i](const RequestEvent& e) {
+      EXPECT_NE(e.reason, FinishReason::Error) << e.error;
+      got[i].insert(got[i].end(), e.new_tokens.begin(), e.new_tokens.end());
+    });
+  for (int k = 0; s.has_work() && k < 2000; ++k) s.step();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], want.tokens[i]) << "request " << i;
+  EXPECT_GT(s.drafter_failures(), 0) << "the flaky drafter never failed: the case is not exercised";
+  EXPECT_NE(s.last_drafter_error().find("flaky drafter"), std::string::npos) << s.last_drafter_error();
+  EXPECT_EQ(inner->sequences(), 0u);
 }
 
 TEST(Eagle3, BackendsWithoutAuxRowsAreRefused) {
@@ -664,5 +661,4 @@ TEST(Eagle3, BackendsWithoutAuxRowsAreRefused) {
   SchedulerOptions none;
   none.speculative.method = SpeculativeMethod::Eagle3;  // no drafter
   EXPECT_THROW(Scheduler(b, none), Error);
-  fs::remove_all(d.dir);
 }

@@ -17,6 +17,7 @@
 #include "core/check.h"
 #include "model/prepare.h"
 #include "model/synthetic.h"
+#include "mono/mono.h"
 #include "native/cuda_backend.h"
 #include "native/cuda_check.h"
 #include "native/prepared.h"
@@ -62,6 +63,16 @@ inline PreparedModel prepare_from_dir(const std::filesystem::path& dir) {
   m.spec = m.pw->spec();
   m.deq = dequantize_prepared(m.pw->layout(), m.pw->reader());
   return m;
+}
+
+// A CUDA backend over m with the mono path added (a refusal of mono's creation fails the test).
+inline std::unique_ptr<native::CudaBackend> with_mono(const PreparedModel& m, const native::CudaBackendOptions& o,
+                                                      const mono::MonoOptions& mo = {}) {
+  auto be = native::make_cuda_backend(m.pw, o);
+  auto r = mono::create(be->model(), mo);
+  if (auto* refusal = std::get_if<mono::Refusal>(&r)) ADD_FAILURE() << refusal->text();
+  else be->add_layer_range_runner(std::move(std::get<std::unique_ptr<mono::MonoRunner>>(r)));
+  return be;
 }
 
 inline std::unique_ptr<Backend> ref_backend(const PreparedModel& m, int blocks) {

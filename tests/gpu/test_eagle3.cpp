@@ -8,7 +8,9 @@
 //     an op of its own inside mono's layers: declined, "aux", and run natively);
 //   - greedy generation with EAGLE3 drafts (a synthetic draft for tiny-m3-a) equal to plain decoding,
 //     natively and with mono, with the draft's default aux layers (1, 2, 3: mono declines) and with
-//     layers mono serves in parts (2, 3, 4).
+//     layers mono serves in parts (2, 3, 4);
+//   - the scheduler with drafts kept and rejected (a recording drafter hands it spoiled plain-run
+//     continuations): outputs equal plain decoding, natively and with mono.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -19,11 +21,13 @@
 #include <map>
 #include <random>
 
+#include "common/recording_drafter.h"
+#include "common/temp_dir.h"
 #include "model/synthetic_eagle3.h"
-#include "mono/mono.h"
 #include "ref/cache_codec.h"
 #include "ref/eagle3.h"
 #include "runtime/generate.h"
+#include "runtime/scheduler.h"
 #include "test_cuda_backend_util.h"
 
 using namespace m3;
@@ -32,12 +36,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::unique_ptr<native::CudaBackend> cuda_with_mono(const PreparedModel& m, const native::CudaBackendOptions& o) {
-  auto be = native::make_cuda_backend(m.pw, o);
-  auto r = mono::create(be->model(), mono::MonoOptions{});
-  if (auto* refusal = std::get_if<mono::Refusal>(&r)) ADD_FAILURE() << refusal->text();
-  else be->add_layer_range_runner(std::move(std::get<std::unique_ptr<mono::MonoRunner>>(r)));
-  return be;
+// A synthetic draft for `spec` in dir (aux layers: the default when empty), loaded beside `target`.
+std::shared_ptr<ref::Eagle3Drafter> write_draft(const fs::path& dir, const fs::path& target, const ModelSpec& spec,
+                                                uint64_t seed, std::vector<int> aux_layers) {
+  SyntheticEagle3Options eo;
+  eo.seed = seed % 1000 + 1;
+  eo.aux_layers = std::move(aux_layers);
+  write_synthetic_eagle3(dir, spec, eo);
+  return ref::load_eagle3_drafter(dir, target, spec, 0);
 }
 
 std::vector<int32_t> table(int first, int n) {
@@ -93,7 +99,7 @@ TEST(GpuEagle3, AuxRowsMatchTheReferenceAndAreBatchInvariant) {
   }
   EXPECT_LT(worst, 1e-3) << "token " << worst_at / 1000 << " layer " << worst_at % 1000;
   // decode steps: alone (graph captured, then replayed), beside two other sequences, on mono
-  auto mon = cuda_with_mono(m, o);
+  auto mon = with_mono(m, o);
   auto other = [&](native::CudaBackend& be) {  // two more sequences in blocks 8.., 12..
     for (int z = 0; z < 2; ++z) {
       StepBatch p;
@@ -157,19 +163,13 @@ TEST(GpuEagle3, GreedyOutputsEqualPlainDecoding) {
   std::mt19937_64 rng(seed);
   const fs::path target = test_data_dir() / "tiny-m3-a";
   const PreparedModel m = prepare_from_dir(target);
-  const fs::path draft = fs::path(testing::TempDir()) / ("m3_gpu_eagle3_" + std::to_string(seed));
-  SyntheticEagle3Options eo;
-  eo.seed = seed % 1000 + 1;
-  const Eagle3Spec ds = write_synthetic_eagle3(draft, m.spec, eo);
-  auto drafter_default = ref::load_eagle3_drafter(draft, target, m.spec, 0);
-  Eagle3Spec cut = ds;  // the same weights reading the hidden states entering layers 2, 3 and 4
-  cut.aux_layers = {2, 3, m.spec.num_layers};
-  std::ofstream(draft / "config.json") << eagle3_spec_to_json(cut);
-  auto drafter_cut = ref::load_eagle3_drafter(draft, target, m.spec, 0);
+  const TempDir tmp;
+  auto drafter_default = write_draft(tmp.path / "default", target, m.spec, seed, {});
+  auto drafter_cut = write_draft(tmp.path / "cut", target, m.spec, seed, {2, 3, m.spec.num_layers});
   native::CudaBackendOptions o;
   o.num_cache_blocks = 64;
   auto nat = native::make_cuda_backend(m.pw, o);
-  auto mon = cuda_with_mono(m, o);
+  auto mon = with_mono(m, o);
   int verify = 0;
   std::map<std::string, int> paths;
   for (int trial = 0; trial < 6; ++trial) {
@@ -194,5 +194,78 @@ TEST(GpuEagle3, GreedyOutputsEqualPlainDecoding) {
   for (const auto& [p, c] : paths) by += fmt::format(" {} {}", p, c);
   std::printf("  [eagle3 tiny-m3-a] %d verify steps, outputs equal to plain decoding; mono backend's steps:%s\n", verify,
               by.c_str());
-  fs::remove_all(draft);
+}
+
+// The scheduler over the CUDA backend (batches of several requests, verify rows of kept drafts):
+// a recording drafter hands it the plain run's continuations with one token spoiled at random, so
+// drafts are kept and rejected and the EAGLE3 drafter observes kept runs of several tokens from the
+// GPU's aux rows; outputs equal plain decoding, natively and with mono (layers 2, 3, 4: mono in parts).
+TEST(GpuEagle3, SchedulerWithKeptDraftsEqualsPlainDecoding) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const fs::path target = test_data_dir() / "tiny-m3-a";
+  const PreparedModel m = prepare_from_dir(target);
+  const TempDir tmp;
+  auto inner = write_draft(tmp.path / "cut", target, m.spec, seed, {2, 3, m.spec.num_layers});
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r;
+    for (int k = 0, n = 3 + int(rng() % 60); k < n; ++k) r.prompt.push_back(int32_t(rng() % unsigned(m.spec.vocab_size)));
+    r.max_tokens = 16 + int(rng() % 16);
+    r.ignore_eos = true;
+    reqs.push_back(std::move(r));
+  }
+  native::CudaBackendOptions o;
+  o.num_cache_blocks = 64;
+  struct Out {
+    std::vector<std::vector<int32_t>> tokens;
+    int accepted = 0, drafted = 0;
+    std::map<std::string, int> paths;
+  };
+  auto run = [&](Backend& b, const SchedulerOptions& so) {
+    Scheduler s(b, so);
+    Out out;
+    out.tokens.resize(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i)
+      s.add(i, reqs[i], [&out, i](const RequestEvent& e) {
+        EXPECT_NE(e.reason, FinishReason::Error) << e.error;
+        out.tokens[i].insert(out.tokens[i].end(), e.new_tokens.begin(), e.new_tokens.end());
+      });
+    for (int k = 0; s.has_work() && k < 3000; ++k) {
+      const StepReport r = s.step();
+      out.accepted += r.accepted;
+      out.drafted += r.drafted;
+      ++out.paths[r.path + (r.fallback_reason.empty() ? "" : " (" + r.fallback_reason + ")")];
+    }
+    EXPECT_EQ(s.drafter_failures(), 0) << s.last_drafter_error();
+    return out;
+  };
+  SchedulerOptions plain;
+  plain.max_num_seqs = 4;
+  auto nat0 = native::make_cuda_backend(m.pw, o);
+  const Out want = run(*nat0, plain);
+  std::vector<std::vector<int32_t>> full;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    full.push_back(reqs[i].prompt);
+    full.back().insert(full.back().end(), want.tokens[i].begin(), want.tokens[i].end());
+  }
+  for (bool mono : {false, true}) {
+    auto be = mono ? with_mono(m, o) : native::make_cuda_backend(m.pw, o);
+    auto rec = std::make_shared<RecordingDrafter>(inner, full, unsigned(seed));
+    SchedulerOptions so = plain;
+    so.speculative.method = SpeculativeMethod::Eagle3;
+    so.speculative.drafter = rec;
+    const Out got = run(*be, so);
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got.tokens[i], want.tokens[i]) << (mono ? "mono" : "native") << " request " << i;
+    EXPECT_GT(got.accepted, 0) << "no draft kept";
+    EXPECT_LT(got.accepted, got.drafted) << "every draft kept";
+    EXPECT_GT(rec->longest_, 2) << "no kept run longer than two tokens observed";
+    EXPECT_EQ(inner->sequences(), 0u);
+    if (mono) EXPECT_GT(got.paths.count("mono") ? got.paths.at("mono") : 0, 0) << "mono never ran a step";
+    std::string by;
+    for (const auto& [p, c] : got.paths) by += fmt::format(" {} {};", p, c);
+    std::printf("  [eagle3 scheduler %s] %d of %d drafts kept, %d observes (longest %d); steps:%s\n",
+                mono ? "mono" : "native", got.accepted, got.drafted, rec->observes_, rec->longest_, by.c_str());
+  }
 }

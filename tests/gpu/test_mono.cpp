@@ -32,15 +32,6 @@ PreparedModel synthetic_model(const char* preset, uint64_t seed) {
   return prepare_from_memory(spec, synthetic_weights(spec, so));
 }
 
-std::unique_ptr<native::CudaBackend> with_mono(const PreparedModel& m, native::CudaBackendOptions o,
-                                               const mono::MonoOptions& mo) {
-  auto be = native::make_cuda_backend(m.pw, o);
-  auto r = mono::create(be->model(), mo);
-  if (auto* refusal = std::get_if<mono::Refusal>(&r)) ADD_FAILURE() << refusal->text();
-  else be->add_layer_range_runner(std::move(std::get<std::unique_ptr<mono::MonoRunner>>(r)));
-  return be;
-}
-
 // The options the tests run mono with: the defaults, or M3_TEST_MONO_OPTIONS ("key=value/...",
 // mono/options.h) to check an experiment's bits before it becomes the default.
 mono::MonoOptions env_options() {

@@ -93,8 +93,10 @@ with tempfile.TemporaryDirectory() as d:
             want = plain.generate(prompt, m3mono.SamplingParams(max_tokens=16))[0].token_ids
             got = spec.generate(prompt, m3mono.SamplingParams(max_tokens=16))[0].token_ids
             st = spec.speculative_stats
-            check(got == want and st["verify_steps"] > 0 and st["drafted"] >= st["accepted"] >= 0,
-                  f"{method} prompt {k}: greedy ids equal plain decoding ({st})")
+            # n-gram drafts need a repeat (a random prompt may have none); EAGLE3 drafts every step
+            drafts_expected = method == "eagle3" or k % 2 == 0
+            check(got == want and (st["verify_steps"] > 0 or not drafts_expected) and
+                  st["drafted"] >= st["accepted"] >= 0, f"{method} prompt {k}: greedy ids equal plain decoding ({st})")
     raises(lambda: m3mono.LLM(path, device="cpu", speculative="eagle3"), "--draft-model", "eagle3 without a draft")
     raises(lambda: m3mono.LLM(path, device="cpu", speculative="medusa"), "medusa", "an unknown speculative method")
     raises(lambda: m3mono.LLM(path, device="cpu", speculative="eagle3", draft_model=path), "LlamaForCausalLMEagle3",
