@@ -25,10 +25,13 @@
 
 #include "core/check.h"
 #include "core/codecs.h"
+#include "model/config.h"
+#include "model/load_weights.h"
 #include "model/prepare.h"
 #include "model/safetensors.h"
 #include "model/synthetic_eagle3.h"
 #include "ref/eagle3.h"
+#include "ref/golden.h"
 #include "ref/linear.h"
 #include "ref/norm.h"
 #include "runtime/generate.h"
@@ -579,6 +582,35 @@ TEST(Eagle3, DraftsDependOnTheKeptHistoryOnly) {
   }
   std::printf("  [eagle3 bookkeeping] %zu draft points replayed, %d observes (longest %d tokens), %d of %d drafts "
               "kept\n", rec->points_.size(), rec->observes_, rec->longest_, got.sum.accepted, got.sum.drafted);
+}
+
+// The fixture checkpoint (tests/data/tiny-m3-a, what transformers' golden data was written from)
+// with a synthetic draft loaded beside it (its embedding and lm_head read from the checkpoint): the
+// golden prompts decode to the same greedy ids with and without EAGLE3 drafts.
+TEST(Eagle3, FixtureCheckpointGreedyIdsWithDrafts) {
+  const fs::path dir = fs::path(M3_TEST_DATA) / "tiny-m3-a";
+  const ModelSpec spec = load_model_spec(dir);
+  const auto golden = ref::load_golden(dir / "golden.safetensors");
+  ASSERT_FALSE(golden.empty());
+  const test::TempDir tmp;
+  write_synthetic_eagle3(tmp.path / "eagle3", spec, {});
+  auto drafter = ref::load_eagle3_drafter(tmp.path / "eagle3", dir, spec, 2);
+  auto w = load_model_weights(dir, spec);
+  int verify = 0;
+  for (const auto& g : golden) {
+    GenerateRequest r;
+    r.prompt = g.ids;
+    r.max_tokens = g.steps();
+    auto b = ref::make_ref_backend(spec, w, ref::RefOptions{64, 2});
+    const std::vector<int32_t> plain = generate(*b, r).ids;
+    r.speculative.method = SpeculativeMethod::Eagle3;
+    r.speculative.drafter = drafter;
+    auto b2 = ref::make_ref_backend(spec, w, ref::RefOptions{64, 2});
+    const GenerateResult got = generate(*b2, r);
+    EXPECT_EQ(got.ids, plain) << "golden prompt p" << g.index;
+    verify += got.verify_steps;
+  }
+  EXPECT_GT(verify, 0);
 }
 
 // A drafter that throws now and then (a bad value in a draft checkpoint, say) costs its requests
