@@ -428,10 +428,25 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int vocab) {
   return p;
 }
 
+// n greedy requests (ignore_eos) of random prompts and max_tokens in [base, base + span).
+std::vector<GenerationRequest> random_requests(std::mt19937& rng, int n, int base, int span) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    GenerationRequest r;
+    r.prompt = random_prompt(rng, test::tiny().spec.vocab_size);
+    r.max_tokens = base + int(rng() % unsigned(span));
+    r.ignore_eos = true;
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
 struct SchedRun {
   std::vector<std::vector<int32_t>> tokens;
   StepReport sum;
   int free_after = 0;
+  int drafter_failures = 0;
+  std::string last_drafter_error;
 };
 
 SchedRun run_scheduler(const std::vector<GenerationRequest>& reqs, SchedulerOptions o, int blocks) {
@@ -453,6 +468,8 @@ SchedRun run_scheduler(const std::vector<GenerationRequest>& reqs, SchedulerOpti
   }
   EXPECT_FALSE(s.has_work());
   out.free_after = s.blocks().num_free();
+  out.drafter_failures = s.drafter_failures();
+  out.last_drafter_error = s.last_drafter_error();
   return out;
 }
 
@@ -487,15 +504,8 @@ TEST(Eagle3, GreedyOutputsEqualPlainDecoding) {
       EXPECT_EQ(int(generate(*b3, r).ids.size()), r.max_tokens);
     }
     // the scheduler: a batch of greedy and sampled requests; then a cache that must preempt
-    std::vector<GenerationRequest> reqs;
-    for (int i = 0; i < 6; ++i) {
-      GenerationRequest r;
-      r.prompt = random_prompt(rng, t.spec.vocab_size);
-      r.max_tokens = 8 + int(rng() % 24);
-      r.ignore_eos = true;
-      if (i == 4) r.sampling = SamplingParams{0.7f, 0, 1.0f, 99};
-      reqs.push_back(std::move(r));
-    }
+    std::vector<GenerationRequest> reqs = random_requests(rng, 6, 8, 24);
+    reqs[4].sampling = SamplingParams{0.7f, 0, 1.0f, 99};  // sampled: decodes one token a step
     SchedulerOptions plain;
     plain.max_num_seqs = 4;
     const SchedRun want = run_scheduler(reqs, plain, 64);
@@ -535,14 +545,7 @@ TEST(Eagle3, DraftsDependOnTheKeptHistoryOnly) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const Draft d = make_draft(false, seed % 991 + 1);
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 4; ++i) {
-    GenerationRequest r;
-    r.prompt = random_prompt(rng, t.spec.vocab_size);
-    r.max_tokens = 12 + int(rng() % 12);
-    r.ignore_eos = true;
-    reqs.push_back(std::move(r));
-  }
+  const std::vector<GenerationRequest> reqs = random_requests(rng, 4, 12, 12);
   SchedulerOptions plain;
   plain.max_num_seqs = 3;
   const SchedRun want = run_scheduler(reqs, plain, 64);
@@ -637,32 +640,17 @@ TEST(Eagle3, AFailingDrafterOnlyCostsDrafts) {
   auto inner = std::make_shared<ref::Eagle3Drafter>(d.model);
   auto flaky = std::make_shared<Flaky>(inner);
   std::mt19937 rng(std::random_device{}());
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 5; ++i) {
-    GenerationRequest r;
-    r.prompt = random_prompt(rng, test::tiny().spec.vocab_size);
-    r.max_tokens = 10 + int(rng() % 10);
-    r.ignore_eos = true;
-    reqs.push_back(std::move(r));
-  }
+  const std::vector<GenerationRequest> reqs = random_requests(rng, 5, 10, 10);
   SchedulerOptions plain;
   plain.max_num_seqs = 3;
   const SchedRun want = run_scheduler(reqs, plain, 64);
   SchedulerOptions spec = plain;
   spec.speculative.method = SpeculativeMethod::Eagle3;
   spec.speculative.drafter = flaky;
-  auto backend = test::tiny().backend(64);
-  Scheduler s(*backend, spec);
-  std::vector<std::vector<int32_t>> got(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i)
-    s.add(i, reqs[i], [&got, i](const RequestEvent& e) {
-      EXPECT_NE(e.reason, FinishReason::Error) << e.error;
-      got[i].insert(got[i].end(), e.new_tokens.begin(), e.new_tokens.end());
-    });
-  for (int k = 0; s.has_work() && k < 2000; ++k) s.step();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], want.tokens[i]) << "request " << i;
-  EXPECT_GT(s.drafter_failures(), 0) << "the flaky drafter never failed: the case is not exercised";
-  EXPECT_NE(s.last_drafter_error().find("flaky drafter"), std::string::npos) << s.last_drafter_error();
+  const SchedRun got = run_scheduler(reqs, spec, 64);  // requests that end in an error fail there
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got.tokens[i], want.tokens[i]) << "request " << i;
+  EXPECT_GT(got.drafter_failures, 0) << "the flaky drafter never failed: the case is not exercised";
+  EXPECT_NE(got.last_drafter_error.find("flaky drafter"), std::string::npos) << got.last_drafter_error;
   EXPECT_EQ(inner->sequences(), 0u);
 }
 
