@@ -74,16 +74,17 @@ class LLM:
     GPU ranks on GPU r mod the visible GPUs); tp_comm: the GPU ranks' collectives ("auto", "nccl",
     "host"); mono: the fused decode path on CUDA; max_model_len: the longest prompt + new tokens
     (default: 4096, at most the model's max_position_embeddings); speculative: "none", "ngram" or
-    "eagle3" (with draft_model, an EAGLE3 draft checkpoint directory), num_draft_tokens drafts per
-    verify step (1..3): greedy outputs are those of plain decoding; speculative_stats counts the
+    "eagle3" (with draft_model, an EAGLE3 draft checkpoint directory, run where draft_device says:
+    "auto" (the target's device), "cpu" or "cuda"), num_draft_tokens drafts per verify step (1..3):
+    greedy outputs are those of plain decoding; speculative_stats counts the
     last generate's verify steps and drafts.
     """
 
     def __init__(self, model: str, device: str = "auto", tp: int = 1, mono: bool = False, threads: int = 0,
                  max_model_len: int = 0, tp_comm: str = "auto", speculative: str = "none",
-                 draft_model: Optional[str] = None, num_draft_tokens: int = 3):
+                 draft_model: Optional[str] = None, num_draft_tokens: int = 3, draft_device: str = "auto"):
         self._engine = Engine(str(model), device, tp, mono, threads, max_model_len, tp_comm, speculative,
-                              str(draft_model) if draft_model is not None else "", num_draft_tokens)
+                              str(draft_model) if draft_model is not None else "", num_draft_tokens, draft_device)
 
     @property
     def speculative_stats(self) -> dict:

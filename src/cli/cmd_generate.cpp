@@ -58,7 +58,8 @@ int run_generate(const GenerateArgs& a) {
 
   auto t0 = std::chrono::steady_clock::now();
   ModelSpec spec = load_model_spec(a.model);
-  const SpeculativeOptions so = speculative_options(a.spec, "generate", a.model, spec);
+  const SpeculativeOptions so = speculative_options(a.spec, "generate", a.model, spec,
+                                                    a.device == "cuda" || (a.device == "auto" && cuda_usable()));
   BackendChoice check{a.device, a.weights, a.threads};
   check.router_dtype = a.router_dtype;
   check.tp = a.tp;

@@ -153,7 +153,8 @@ int run_serve(ServeArgs a) {
   eo.scheduler.max_step_tokens = a.max_step_tokens;
   eo.scheduler.max_model_len = a.max_model_len;
   eo.scheduler.device_sampling = a.device_sampling;
-  eo.scheduler.speculative = speculative_options(a.spec, "serve", a.model, spec);
+  eo.scheduler.speculative = speculative_options(a.spec, "serve", a.model, spec,
+                                                      choice.device == "cuda" || (choice.device == "auto" && cuda_usable()));
   Engine engine(std::move(backend), eo);
   serve::Server server(engine, a.server);
   int port = server.bind();

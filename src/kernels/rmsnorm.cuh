@@ -1,5 +1,5 @@
 // Gemma RMS norm with the residual add fused in front (m3-model.md, "Norm"), one token row:
-//   r = x + residual (or x alone),  y = r / sqrt(mean(r^2) + eps) * (1 + w)
+//   r = x + residual (or x alone),  y = r / sqrt(mean(r^2) + eps) * (1 + w)   (Llama's: * w)
 // fp32 math; the sum of squares is per-thread sequential, then a fixed-order block reduction, so
 // the result does not depend on timing (nor on M: one block per row, the order is set by n and NT).
 // Two bodies, picked by the launcher from the shapes and alignment only: rmsnorm_row_regs (rows of
@@ -18,8 +18,16 @@
 
 namespace m3::kernels {
 
+// The scale a weight gives: Gemma's (1 + w), or Llama's w (the EAGLE3 draft, native/eagle3_net.h;
+// never with the prep half).
+template <bool Gemma>
+__device__ __forceinline__ float norm_gain(float w) {
+  if constexpr (Gemma) return 1.0f + w;
+  else return w;
+}
+
 // Work item = row; all NT threads of group g call it. smem: NT / 32 floats.
-template <int NT>
+template <int NT, bool Gemma = true>
 __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, Group g, float* smem) {
   const int tid = g.tid;
   const float* x = p.x + int64_t(row) * p.ld_x;
@@ -63,7 +71,7 @@ __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, Gr
   const float inv = 1.0f / sqrtf(smem[0] / float(p.n) + p.eps);
   for (int i = tid; i < p.n; i += NT) {
     const float r = ro ? ro[i] : (res ? x[i] + res[i] : x[i]);
-    const float v = r * inv * (1.0f + bf16_to_f32(p.w[i]));
+    const float v = r * inv * norm_gain<Gemma>(bf16_to_f32(p.w[i]));
     if (p.y) p.y[int64_t(row) * p.ld_y + i] = v;
     if (p.y_bf16) p.y_bf16[int64_t(row) * p.ld_yb + i] = f32_to_bf16(v);
   }
@@ -74,7 +82,7 @@ __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, Gr
 // thread over its float4s in v order (x, y, z, w), then the fixed block reduction.
 // Needs n % 4 == 0, n / 4 <= NT * V, x / residual / residual_out / y 16-byte aligned rows,
 // w and y_bf16 8-byte aligned rows. smem: NT / 32 floats.
-template <int NT, int V>
+template <int NT, int V, bool Gemma = true>
 __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row, Group g, float* smem) {
   const int tid = g.tid;
   const int n4 = p.n / 4;
@@ -154,10 +162,10 @@ __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row
     const int i = tid + v * NT;
     if (i >= n4) continue;
     float4 o;
-    o.x = r[v].x * inv * (1.0f + __uint_as_float(wv[v].x << 16));
-    o.y = r[v].y * inv * (1.0f + __uint_as_float(wv[v].x & 0xffff0000u));
-    o.z = r[v].z * inv * (1.0f + __uint_as_float(wv[v].y << 16));
-    o.w = r[v].w * inv * (1.0f + __uint_as_float(wv[v].y & 0xffff0000u));
+    o.x = r[v].x * inv * norm_gain<Gemma>(__uint_as_float(wv[v].x << 16));
+    o.y = r[v].y * inv * norm_gain<Gemma>(__uint_as_float(wv[v].x & 0xffff0000u));
+    o.z = r[v].z * inv * norm_gain<Gemma>(__uint_as_float(wv[v].y << 16));
+    o.w = r[v].w * inv * norm_gain<Gemma>(__uint_as_float(wv[v].y & 0xffff0000u));
     if (y) y[i] = o;
     if (yb) yb[i] = make_uint2(uint32_t(f32_to_bf16(o.x)) | (uint32_t(f32_to_bf16(o.y)) << 16),
                                uint32_t(f32_to_bf16(o.z)) | (uint32_t(f32_to_bf16(o.w)) << 16));
@@ -165,13 +173,15 @@ __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row
   g.sync();  // smem reuse
 }
 
-// The ops (kernels/work_kernel.cuh): the body picked by p.regs (native::make_rmsnorm_params).
-template <bool Regs>
+// The ops (kernels/work_kernel.cuh): the body picked by p.regs (native::make_rmsnorm_params); Gemma
+// false: Llama's scale w.
+template <bool Regs, bool Gemma = true>
 struct RmsNormOp : OpBounds<kNormThreads> {
   using Params = RmsNormParams;
   __device__ static void run(const Params& p, int64_t row, Group g, uint8_t* smem) {
-    if constexpr (Regs) rmsnorm_row_regs<kNormThreads, kNormVec>(p, int(row), g, reinterpret_cast<float*>(smem));
-    else rmsnorm_work<kNormThreads>(p, int(row), g, reinterpret_cast<float*>(smem));
+    if constexpr (Regs)
+      rmsnorm_row_regs<kNormThreads, kNormVec, Gemma>(p, int(row), g, reinterpret_cast<float*>(smem));
+    else rmsnorm_work<kNormThreads, Gemma>(p, int(row), g, reinterpret_cast<float*>(smem));
   }
 };
 

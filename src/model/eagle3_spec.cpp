@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <numbers>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -174,6 +175,26 @@ std::string eagle3_spec_to_json(const Eagle3Spec& s) {
                          {"original_max_position_embeddings", s.rope_original_max}};
   j["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", s.aux_layers}, {"use_aux_hidden_state", true}};
   return j.dump(2) + "\n";
+}
+
+std::vector<double> eagle3_inv_freq(const Eagle3Spec& s) {
+  const int half = s.head_dim / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    double f = 1.0 / std::pow(s.rope_theta, double(2 * i) / double(s.head_dim));
+    if (s.rope_factor > 0) {  // llama3: long wavelengths slowed by factor, a smooth ramp between
+      const double lo_wave = s.rope_original_max / s.rope_low_freq, hi_wave = s.rope_original_max / s.rope_high_freq;
+      const double wave = 2 * std::numbers::pi / f;
+      if (wave > lo_wave) {
+        f /= s.rope_factor;
+      } else if (wave >= hi_wave) {
+        const double smooth = (s.rope_original_max / wave - s.rope_low_freq) / (s.rope_high_freq - s.rope_low_freq);
+        f = (1 - smooth) * f / s.rope_factor + smooth * f;
+      }
+    }
+    inv_freq[size_t(i)] = f;
+  }
+  return inv_freq;
 }
 
 }  // namespace m3

@@ -39,6 +39,9 @@ struct Eagle3Spec {
 Eagle3Spec load_eagle3_spec(const std::filesystem::path& path, const ModelSpec& target);
 // config.json text of `s` (what make-tiny --eagle3 writes).
 std::string eagle3_spec_to_json(const Eagle3Spec& s);
+// RoPE's inverse frequencies [head_dim / 2] (Llama's; llama3 scaling when rope_factor > 0: long
+// wavelengths slowed by the factor, a smooth ramp between the low and high frequency bounds).
+std::vector<double> eagle3_inv_freq(const Eagle3Spec& s);
 // The draft's default aux layers for a target of L layers: 2, L / 2, L - 3 (vLLM's) when L >= 6;
 // smaller targets: L - 3 .. L - 1 (from 0, at most three, L itself when needed).
 std::vector<int> eagle3_default_aux_layers(int num_layers);

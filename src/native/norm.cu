@@ -37,4 +37,11 @@ void launch(const kernels::RmsNormParams& p, cudaStream_t stream, const LaunchOp
 
 void rms_norm(const kernels::RmsNormParams& p, cudaStream_t stream) { launch(make_rmsnorm_params(p), stream); }
 
+void llama_rms_norm(kernels::RmsNormParams p, cudaStream_t stream) {
+  M3_CHECK(!p.prep, "llama_rms_norm: no prep half");
+  p = make_rmsnorm_params(p);
+  if (p.regs) launch_op<kernels::RmsNormOp<true, false>>(p, kernels::rmsnorm_shape(p), stream, "llama_rms_norm");
+  else launch_op<kernels::RmsNormOp<false, false>>(p, kernels::rmsnorm_shape(p), stream, "llama_rms_norm");
+}
+
 }  // namespace m3::native

@@ -12,5 +12,7 @@ kernels::RmsNormParams make_rmsnorm_params(kernels::RmsNormParams p);
 void launch(const kernels::RmsNormParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 // make + launch.
 void rms_norm(const kernels::RmsNormParams& p, cudaStream_t stream);
+// Llama's RMS norm (y = r / rms(r) * w; no prep half): the EAGLE3 draft's (native/eagle3_net.h).
+void llama_rms_norm(kernels::RmsNormParams p, cudaStream_t stream);
 
 }  // namespace m3::native

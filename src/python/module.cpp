@@ -45,7 +45,7 @@ class Engine {
  public:
   Engine(const std::string& model_dir, const std::string& device, int tp, bool mono, int threads, int max_model_len,
          const std::string& tp_comm, const std::string& speculative, const std::string& draft_model,
-         int num_draft_tokens)
+         int num_draft_tokens, const std::string& draft_device)
       : dir_(model_dir) {
     M3_CHECK(std::filesystem::is_directory(model_dir), "LLM: model {} is not a directory", model_dir);
     spec_ = load_model_spec(model_dir);
@@ -61,7 +61,9 @@ class Engine {
     sa.method = speculative;
     sa.draft_model = draft_model;
     sa.num_draft_tokens = num_draft_tokens;
-    spec_opt_ = cli::speculative_options(sa, "LLM", model_dir, spec_);
+    sa.draft_device = draft_device;
+    spec_opt_ = cli::speculative_options(sa, "LLM", model_dir, spec_,
+                                         device == "cuda" || (device == "auto" && cli::cuda_usable()));
     backend_ = cli::make_chosen_backend(c, model_dir, spec_, "LLM");
     M3_CHECK(spec_opt_.method != SpeculativeMethod::Eagle3 || backend_->returns_aux(),
              "LLM: speculative eagle3 needs the target's hidden states, which the {} backend does not return (the "
@@ -477,10 +479,11 @@ NB_MODULE(_m3mono, m) {
   static nb::exception<m3::Error> error(m, "Error", PyExc_ValueError);
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<const std::string&, const std::string&, int, bool, int, int, const std::string&, const std::string&,
-                    const std::string&, int>(),
+                    const std::string&, int, const std::string&>(),
            nb::arg("model_dir"), nb::arg("device") = "auto", nb::arg("tp") = 1, nb::arg("mono") = false,
            nb::arg("threads") = 0, nb::arg("max_model_len") = 0, nb::arg("tp_comm") = "auto",
-           nb::arg("speculative") = "none", nb::arg("draft_model") = "", nb::arg("num_draft_tokens") = 3)
+           nb::arg("speculative") = "none", nb::arg("draft_model") = "", nb::arg("num_draft_tokens") = 3,
+           nb::arg("draft_device") = "auto")
       .def_prop_ro("speculative_stats", &Engine::speculative_stats)
       .def("generate", &Engine::generate, nb::arg("prompt"), nb::arg("max_tokens"), nb::arg("temperature"),
            nb::arg("top_k"), nb::arg("top_p"), nb::arg("seed"), nb::arg("stop_at_eos"))

@@ -6,15 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <numbers>
 
 #include "core/check.h"
 #include "core/codecs.h"
-#include "model/prepare.h"
-#include "model/safetensors.h"
-#include "model/weight_table.h"
 #include "ref/attention.h"
 #include "ref/linear.h"
 
@@ -30,147 +26,11 @@ void llama_rms_norm(const float* x, const float* w, int n, float eps, float* y) 
   for (int i = 0; i < n; ++i) y[i] = float(double(x[i]) * inv * double(w[i]));
 }
 
-class DraftTensors {
- public:
-  explicit DraftTensors(const std::filesystem::path& dir) : files_(SafetensorsSet::open(dir)) {}
-  // The first of the spellings of `key` present: "midlayer.<key>", "layers.0.<key>", each also
-  // under "model.", for layer tensors; "<key>" and "model.<key>" for the others.
-  const TensorView* find(const std::string& key, bool layer) const {
-    std::vector<std::string> names;
-    if (layer)
-      names = {"midlayer." + key, "layers.0." + key, "model.midlayer." + key, "model.layers.0." + key};
-    else
-      names = {key, "model." + key};
-    for (const auto& n : names)
-      if (const TensorView* t = files_.find(n)) return t;
-    return nullptr;
-  }
-  Mat matrix(const std::string& key, bool layer, int rows, int cols, bool required = true) const {
-    const TensorView* t = find(key, layer);
-    M3_CHECK(t || !required, "EAGLE3 draft {}: tensor '{}{}' is missing", files_.source(), layer ? "midlayer." : "",
-             key);
-    if (!t) return {};
-    const std::vector<int64_t> want = cols > 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
-    M3_CHECK(t->shape == want, "EAGLE3 draft {}: tensor '{}' has shape {}, expected {}", t->file, t->name,
-             t->shape_str(), fmt::format("[{}]", fmt::join(want, ", ")));
-    Mat m(rows, cols > 0 ? cols : 1);
-    const size_t n = m.data.size();
-    const uint8_t* p = t->data;
-    switch (t->dtype) {
-      case DType::F32:
-        std::memcpy(m.data.data(), p, n * 4);
-        break;
-      case DType::BF16:
-      case DType::F16:
-        for (size_t i = 0; i < n; ++i) {
-          uint16_t h;
-          std::memcpy(&h, p + 2 * i, 2);
-          m.data[i] = t->dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-        }
-        break;
-      default:
-        M3_FAIL("EAGLE3 draft {}: tensor '{}' is {}, expected BF16, F16 or F32", t->file, t->name,
-                dtype_name(t->dtype));
-    }
-    for (size_t i = 0; i < n; ++i)
-      M3_CHECK(std::isfinite(m.data[i]), "EAGLE3 draft {}: tensor '{}' element {} is {}", t->file, t->name, i,
-               m.data[i]);
-    return m;
-  }
-  Vec vector(const std::string& key, bool layer, int n) const { return matrix(key, layer, n, 0).data; }
-  std::vector<int32_t> d2t(int draft_vocab, int vocab) const {
-    const TensorView* t = find("d2t", false);
-    if (!t) return {};
-    M3_CHECK(t->shape == std::vector<int64_t>{draft_vocab}, "EAGLE3 draft {}: tensor 'd2t' has shape {}, expected [{}]",
-             t->file, t->shape_str(), draft_vocab);
-    M3_CHECK(t->dtype == DType::I64 || t->dtype == DType::I32,
-             "EAGLE3 draft {}: tensor 'd2t' is {}, expected I64 (or I32)", t->file, dtype_name(t->dtype));
-    std::vector<int32_t> out(static_cast<size_t>(draft_vocab));
-    for (int i = 0; i < draft_vocab; ++i) {
-      int64_t v;
-      if (t->dtype == DType::I64) {
-        std::memcpy(&v, t->data + 8 * size_t(i), 8);
-      } else {
-        int32_t w;
-        std::memcpy(&w, t->data + 4 * size_t(i), 4);
-        v = w;
-      }
-      M3_CHECK(i + v >= 0 && i + v < vocab, "EAGLE3 draft {}: d2t[{}] = {} maps draft id {} to {}, outside [0, {})",
-               t->file, i, v, i, i + v, vocab);
-      out[size_t(i)] = int32_t(v);
-    }
-    return out;
-  }
-  const SafetensorsSet& files() const { return files_; }
-
- private:
-  SafetensorsSet files_;
-};
-
-Mat target_matrix(const WeightSource* target, WeightRole role, int rows, int cols, const char* what) {
-  M3_CHECK(target, "EAGLE3 draft: the draft has no {} and no target checkpoint was given to share it", what);
-  Mat m(rows, cols);
-  target->read_rows(WeightKey{role}, 0, rows, 0, cols, m.data.data());
-  return m;
-}
-
 }  // namespace
-
-Eagle3Weights load_eagle3_weights(const std::filesystem::path& dir, const Eagle3Spec& s, const WeightSource* target) {
-  const DraftTensors t(dir);
-  const int H = s.hidden, I = s.intermediate;
-  Eagle3Weights w;
-  w.fc = t.matrix("fc.weight", false, H, s.fc_in());
-  w.input_norm = t.vector("input_layernorm.weight", true, H);
-  w.hidden_norm = t.vector("hidden_norm.weight", true, H);
-  w.post_norm = t.vector("post_attention_layernorm.weight", true, H);
-  w.norm = t.vector("norm.weight", false, H);
-  w.wq = t.matrix("self_attn.q_proj.weight", true, s.q_dim(), 2 * H);
-  w.wk = t.matrix("self_attn.k_proj.weight", true, s.kv_dim(), 2 * H);
-  w.wv = t.matrix("self_attn.v_proj.weight", true, s.kv_dim(), 2 * H);
-  w.wo = t.matrix("self_attn.o_proj.weight", true, H, s.q_dim());
-  w.gate = t.matrix("mlp.gate_proj.weight", true, I, H);
-  w.up = t.matrix("mlp.up_proj.weight", true, I, H);
-  w.down = t.matrix("mlp.down_proj.weight", true, H, I);
-  w.d2t = t.d2t(s.draft_vocab, s.vocab);
-  w.embed = t.matrix("embed_tokens.weight", false, s.vocab, H, false);
-  w.own_embed = !w.embed.empty();
-  if (!w.own_embed) {
-    M3_CHECK(s.hidden == s.target_hidden, "EAGLE3 draft {}: no embed_tokens, and its hidden size {} differs from the "
-             "target's {} (the target's embedding cannot be shared)", t.files().source(), s.hidden, s.target_hidden);
-    w.embed = target_matrix(target, WeightRole::Embed, s.vocab, H, "embed_tokens");
-  }
-  w.lm_head = t.matrix("lm_head.weight", false, s.draft_vocab, H, false);
-  w.own_lm_head = !w.lm_head.empty();
-  if (!w.own_lm_head) {
-    M3_CHECK(s.draft_vocab == s.vocab && s.hidden == s.target_hidden,
-             "EAGLE3 draft {}: no lm_head, and the target's cannot be shared (draft vocabulary {} of {}, hidden {} vs "
-             "the target's {})", t.files().source(), s.draft_vocab, s.vocab, s.hidden, s.target_hidden);
-    M3_CHECK(w.d2t.empty() || std::all_of(w.d2t.begin(), w.d2t.end(), [](int32_t v) { return v == 0; }),
-             "EAGLE3 draft {}: a d2t mapping without the draft's own lm_head", t.files().source());
-    w.lm_head = target_matrix(target, WeightRole::LmHead, s.vocab, H, "lm_head");
-  }
-  return w;
-}
 
 Eagle3Model::Eagle3Model(Eagle3Spec spec, Eagle3Weights w, int threads)
     : s_(std::move(spec)), w_(std::move(w)), pool_(threads) {
-  const int half = s_.head_dim / 2;
-  inv_freq_.resize(size_t(half));
-  for (int i = 0; i < half; ++i) {
-    double f = 1.0 / std::pow(s_.rope_theta, double(2 * i) / double(s_.head_dim));
-    if (s_.rope_factor > 0) {  // llama3: long wavelengths slowed by factor, a smooth ramp between
-      const double lo_wave = s_.rope_original_max / s_.rope_low_freq, hi_wave = s_.rope_original_max / s_.rope_high_freq;
-      const double wave = 2 * std::numbers::pi / f;
-      if (wave > lo_wave) {
-        f /= s_.rope_factor;
-      } else if (wave >= hi_wave) {
-        const double smooth = (s_.rope_original_max / wave - s_.rope_low_freq) / (s_.rope_high_freq - s_.rope_low_freq);
-        f = (1 - smooth) * f / s_.rope_factor + smooth * f;
-      }
-    }
-    inv_freq_[size_t(i)] = f;
-  }
+  inv_freq_ = eagle3_inv_freq(s_);
 }
 
 std::vector<float> Eagle3Model::forward(Eagle3Cache& cache, int32_t start, std::span<const int32_t> tokens,
@@ -268,54 +128,48 @@ namespace {
 int32_t argmax(const std::vector<float>& x) {
   return int32_t(std::max_element(x.begin(), x.end()) - x.begin());  // the first of equal maxima
 }
+
+struct CpuSeq final : Eagle3SeqState {
+  Eagle3Cache cache;
+  std::vector<float> observed, drafted;  // pre-norm rows: the last observed one, the last draft's
+};
 }  // namespace
 
-void Eagle3Drafter::observe(uint64_t seq, int32_t start, std::span<const int32_t> next, const float* aux) {
-  if (next.empty()) return;
-  Seq& s = seqs_[seq];
-  M3_CHECK(start <= s.cache.len,
-           "EAGLE3 drafter: sequence {} observed from position {} but it has seen positions [0, {}) only", seq, start,
-           s.cache.len);
+std::unique_ptr<Eagle3SeqState> Eagle3Model::new_sequence() { return std::make_unique<CpuSeq>(); }
+
+int32_t Eagle3Model::observe(Eagle3SeqState& st, int32_t start, std::span<const int32_t> tokens, const float* aux) {
+  auto& s = static_cast<CpuSeq&>(st);
   std::vector<float> logits;
-  const std::vector<float> r = m_->forward(s.cache, start, next, aux, Eagle3Model::Input::TargetAux, &logits);
-  s.cache.len = start + int32_t(next.size());
-  const int H = m_->spec().hidden;
-  s.prenorm.assign(r.end() - H, r.end());
-  s.first = argmax(logits);
+  const std::vector<float> r = forward(s.cache, start, tokens, aux, Input::TargetAux, &logits);
+  s.cache.len = start + int32_t(tokens.size());
+  s.observed.assign(r.end() - s_.hidden, r.end());
+  return argmax(logits);
 }
 
-std::vector<int32_t> Eagle3Drafter::propose(uint64_t seq, int k) {
-  auto it = seqs_.find(seq);
-  if (k <= 0 || it == seqs_.end() || it->second.first < 0) return {};
-  Seq& s = it->second;
-  std::vector<int32_t> drafts{s.first};
-  std::vector<float> h = s.prenorm, logits;
-  // Draft i + 1 from the row at position len + i - 1 (its token: draft i); these positions' K/V are
-  // overwritten when the target's kept tokens there are observed.
-  Eagle3Cache& c = s.cache;
-  const int32_t len = c.len;
-  for (int i = 1; i < k; ++i) {
-    const int32_t tok = drafts.back();
-    const int saved = c.len;
-    c.len = len + i - 1;  // the row's position: after the observed ones and the drafts before it
-    h = m_->forward(c, len + i - 1, std::span<const int32_t>(&tok, 1), h.data(), Eagle3Model::Input::DraftPrenorm,
-                    &logits);
-    c.len = saved;
-    drafts.push_back(argmax(logits));
+int32_t Eagle3Model::draft(Eagle3SeqState& st, int32_t pos, int32_t token, bool from_observed) {
+  auto& s = static_cast<CpuSeq&>(st);
+  const std::vector<float> h = from_observed ? s.observed : s.drafted;
+  M3_CHECK(int(h.size()) == s_.hidden, "EAGLE3 draft: a draft row at position {} before any {} row", pos,
+           from_observed ? "observed" : "draft");
+  std::vector<float> logits;
+  const int saved = s.cache.len;
+  s.cache.len = pos;  // the row's position: after the observed ones and the drafts before it
+  try {
+    s.drafted = forward(s.cache, pos, std::span<const int32_t>(&token, 1), h.data(), Input::DraftPrenorm, &logits);
+  } catch (...) {
+    s.cache.len = saved;
+    throw;
   }
-  return drafts;
+  s.cache.len = saved;
+  return argmax(logits);
 }
 
 std::shared_ptr<Eagle3Drafter> load_eagle3_drafter(const std::filesystem::path& draft_dir,
                                                    const std::filesystem::path& target_dir, const ModelSpec& target,
                                                    int threads) {
-  Eagle3Spec s = load_eagle3_spec(draft_dir, target);
-  // the target's checkpoint, bound only for the tensors the draft shares
-  const SafetensorsSet files = SafetensorsSet::open(target_dir);
-  const WeightBinding binding = bind_weights(build_checkpoint_table(target, files, target_dir), files);
-  const auto src = make_weight_source(binding);
-  Eagle3Weights w = load_eagle3_weights(draft_dir, s, src.get());
-  return std::make_shared<Eagle3Drafter>(std::make_shared<Eagle3Model>(std::move(s), std::move(w), threads));
+  Eagle3Checkpoint c = load_eagle3_checkpoint(draft_dir, target_dir, target);
+  return std::make_shared<Eagle3Drafter>(
+      std::make_shared<Eagle3Model>(std::move(c.spec), std::move(c.weights), threads));
 }
 
 }  // namespace m3::ref

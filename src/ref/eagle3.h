@@ -1,5 +1,5 @@
 // The EAGLE3 draft model on the CPU, in fp32 with the reference's fixed-order sums (ref/linear.h),
-// and the drafter that runs it beside a target (runtime/drafter.h). The math, per draft position p
+// a network of the drafter that runs it beside a target (runtime/eagle3_drafter.h). The math, per draft position p
 // with the token t at p + 1 and the hidden h (fc(aux) from the target, or the draft's own pre-norm
 // output of position p - 1 while drafting):
 //   e = N(embed[t]; input_layernorm),  r = h, g = N(h; hidden_norm)   (norm_before_residual: r = g)
@@ -12,37 +12,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "core/parallel.h"
-#include "model/eagle3_spec.h"
-#include "model/weights.h"
-#include "runtime/drafter.h"
-
-namespace m3 {
-class WeightSource;
-}
+#include "model/eagle3_weights.h"
+#include "runtime/eagle3_drafter.h"
 
 namespace m3::ref {
-
-struct Eagle3Weights {
-  Mat fc;                                        // [hidden, fc_in]
-  Vec input_norm, hidden_norm, post_norm, norm;  // [hidden]
-  Mat wq, wk, wv;                                // [q_dim | kv_dim, 2 hidden]
-  Mat wo;                                        // [hidden, q_dim]
-  Mat gate, up, down;                            // [I, hidden], [I, hidden], [hidden, I]
-  Mat embed;                                     // [vocab, hidden]: the draft's, else the target's
-  Mat lm_head;                                   // [draft_vocab, hidden]: the draft's, else the target's
-  std::vector<int32_t> d2t;                      // [draft_vocab]: target id = i + d2t[i]; empty: i
-  bool own_embed = false, own_lm_head = false;
-};
-
-// The tensors of DIR/model.safetensors (or the shards of its index): midlayer.* (or layers.0.*,
-// either with a model. prefix), fc, norm, optional embed_tokens, lm_head, d2t (t2d ignored), in
-// BF16, F16 or F32. The embedding and lm_head the draft lacks come from `target` (its checkpoint's
-// values), which must then be given. Errors name the tensor, its shape and what was expected.
-Eagle3Weights load_eagle3_weights(const std::filesystem::path& dir, const Eagle3Spec& s, const WeightSource* target);
 
 // One sequence's draft K/V cache (fp32, [position][kv_dim]) and what its last position left.
 struct Eagle3Cache {
@@ -50,10 +26,10 @@ struct Eagle3Cache {
   int len = 0;  // positions whose K/V came from observed (target-kept) tokens
 };
 
-class Eagle3Model {
+class Eagle3Model final : public Eagle3Net {
  public:
   Eagle3Model(Eagle3Spec spec, Eagle3Weights w, int threads = 0);
-  const Eagle3Spec& spec() const { return s_; }
+  const Eagle3Spec& spec() const override { return s_; }
   const Eagle3Weights& weights() const { return w_; }
   // What a row's hidden input is: the target's aux states (fc_in floats, through fc) or the draft's
   // own pre-norm output of the row before (hidden floats).
@@ -65,6 +41,11 @@ class Eagle3Model {
   std::vector<float> forward(Eagle3Cache& cache, int32_t start, std::span<const int32_t> tokens, const float* hidden,
                              Input in, std::vector<float>* last_logits);
 
+  // Eagle3Net: forward() over a sequence's Eagle3Cache, greedy over its last logits.
+  std::unique_ptr<Eagle3SeqState> new_sequence() override;
+  int32_t observe(Eagle3SeqState& s, int32_t start, std::span<const int32_t> tokens, const float* aux) override;
+  int32_t draft(Eagle3SeqState& s, int32_t pos, int32_t token, bool from_observed) override;
+
  private:
   Eagle3Spec s_;
   Eagle3Weights w_;
@@ -72,26 +53,7 @@ class Eagle3Model {
   std::vector<double> inv_freq_;  // [head_dim / 2]
 };
 
-// Greedy EAGLE3 drafts (the argmax of each draft row) for any number of sequences.
-class Eagle3Drafter final : public Drafter {
- public:
-  explicit Eagle3Drafter(std::shared_ptr<Eagle3Model> model) : m_(std::move(model)) {}
-  std::string name() const override { return "eagle3"; }
-  const std::vector<int>& aux_layers() const override { return m_->spec().aux_layers; }
-  void observe(uint64_t seq, int32_t start, std::span<const int32_t> next, const float* aux) override;
-  std::vector<int32_t> propose(uint64_t seq, int k) override;
-  void release(uint64_t seq) override { seqs_.erase(seq); }
-  size_t sequences() const { return seqs_.size(); }
-
- private:
-  struct Seq {
-    Eagle3Cache cache;
-    std::vector<float> prenorm;  // the last observed row's pre-norm output
-    int32_t first = -1;          // the last observed row's draft
-  };
-  std::shared_ptr<Eagle3Model> m_;
-  std::unordered_map<uint64_t, Seq> seqs_;
-};
+using m3::Eagle3Drafter;
 
 // The drafter for `draft_dir` beside the target checkpoint `target_dir` (its spec `target`): the
 // draft's config and tensors, the target's embedding / lm_head where the draft shares them.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/process.h"
+#include "common/temp_dir.h"
 
 #include <sys/wait.h>
 
@@ -51,6 +52,23 @@ TEST(BackendChoiceCli, BadChoicesNameTheFlag) {
   if (c.rc != 0) {
     EXPECT_NE(c.out.find("--device cuda"), std::string::npos) << c.out;
   }
+}
+
+// --draft-device (where an EAGLE3 draft runs): a bad value names the flag before anything loads;
+// cuda without a usable GPU is a clear error, not a silent fallback to the CPU.
+TEST(BackendChoiceCli, DraftDeviceRefusalsNameTheFlag) {
+  const m3::test::TempDir tmp;
+  auto mk = run("make-tiny --out " + tmp.path.string() + "/t --eagle3");
+  ASSERT_EQ(mk.rc, 0) << mk.out;
+  const std::string base = "generate --device cpu --threads 2 --model " + tmp.path.string() + "/t --prompt-ids 1,2,3 " +
+                           "--max-tokens 3 --speculative eagle3 --draft-model " + tmp.path.string() + "/t/eagle3";
+  auto bad = run(base + " --draft-device tpu");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("--draft-device must be auto, cpu or cuda, got 'tpu'"), std::string::npos) << bad.out;
+  auto cpu = run(base + " --draft-device cpu");
+  EXPECT_EQ(cpu.rc, 0) << cpu.out;
+  auto cuda = run(base + " --draft-device cuda");
+  if (cuda.rc != 0) EXPECT_NE(cuda.out.find("--draft-device cuda"), std::string::npos) << cuda.out;
 }
 
 TEST(BackendChoiceCli, CacheDtypeRoundsTheReferenceCaches) {

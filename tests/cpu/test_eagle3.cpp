@@ -7,6 +7,8 @@
 //     decode step, and the refusals;
 //   - greedy outputs with EAGLE3 drafts identical to plain decoding (generate and the scheduler,
 //     batched, with a tight cache that preempts), the drafter's sequences all released;
+//   - the greedy choice over a draft vocabulary (eagle3_greedy: what the GPU draft uses) equal to
+//     the argmax over the target vocabulary the reference builds, ties and NaN included;
 //   - the drafter's bookkeeping under mixed acceptance: the drafts it proposes after any path of
 //     verify steps equal those of a fresh drafter that observed the same history in one pass.
 #include <gtest/gtest.h>
@@ -59,7 +61,7 @@ Draft make_draft(bool reduced, uint64_t seed, int threads = 2, std::vector<int> 
   write_synthetic_eagle3(d.dir, t.spec, o);
   Eagle3Spec s = load_eagle3_spec(d.dir, t.spec);
   const auto src = make_weight_source(t.weights);
-  ref::Eagle3Weights w = ref::load_eagle3_weights(d.dir, s, src.get());
+  Eagle3Weights w = load_eagle3_weights(d.dir, s, src.get());
   d.model = std::make_shared<ref::Eagle3Model>(std::move(s), std::move(w), threads);
   return d;
 }
@@ -67,7 +69,7 @@ Draft make_draft(bool reduced, uint64_t seed, int threads = 2, std::vector<int> 
 // ---- the naive draft: doubles throughout, loops as the formula reads ----
 struct NaiveDraft {
   const Eagle3Spec& s;
-  const ref::Eagle3Weights& w;
+  const Eagle3Weights& w;
   std::vector<std::vector<double>> K, V;  // per position: kv_dim
 
   std::vector<double> mv(const Mat& m, const std::vector<double>& x) const {
@@ -259,7 +261,7 @@ TEST(Eagle3, LoadedTensorsAreTheFilesValues) {
     wr.write(broken / "model.safetensors");
   }
   try {
-    ref::load_eagle3_weights(broken, d.model->spec(), nullptr);
+    load_eagle3_weights(broken, d.model->spec(), nullptr);
     ADD_FAILURE() << "a draft with a wrong fc shape loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fc.weight"), std::string::npos) << e.what();
@@ -682,3 +684,43 @@ TEST(Eagle3, BackendsWithoutAuxRowsAreRefused) {
   none.speculative.method = SpeculativeMethod::Eagle3;  // no drafter
   EXPECT_THROW(Scheduler(b, none), Error);
 }
+
+// eagle3_greedy (the GPU draft's choice over its draft logits) against what the reference does:
+// scatter the draft logits into the target vocabulary (-inf elsewhere) and take the first maximum.
+// Random logits with planted ties (equal values at several draft ids), NaN and -inf entries, with
+// and without a d2t map (increasing target ids with random gaps).
+TEST(Eagle3, GreedyChoiceOverTheDraftVocabulary) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int ties = 0;
+  for (int rep = 0; rep < 300; ++rep) {
+    const int n = 1 + int(rng() % 64);
+    std::vector<int32_t> d2t;
+    int vocab = n;
+    if (rep % 2) {
+      int t = int(rng() % 5);
+      for (int i = 0; i < n; ++i) {
+        d2t.push_back(t - i);
+        t += 1 + int(rng() % 4);
+      }
+      vocab = t;
+    }
+    std::vector<float> dl(static_cast<size_t>(n));
+    for (auto& x : dl) x = float(int(rng() % 7)) - 3.f;  // few distinct values: ties are common
+    if (rep % 5 == 0) dl[rng() % size_t(n)] = NAN;
+    if (rep % 7 == 0) dl[rng() % size_t(n)] = -INFINITY;
+    if (rep % 31 == 0) std::fill(dl.begin(), dl.end(), -INFINITY);
+    std::vector<float> full(static_cast<size_t>(vocab), -INFINITY);
+    for (int i = 0; i < n; ++i) full[size_t(i + (d2t.empty() ? 0 : d2t[size_t(i)]))] = dl[size_t(i)];
+    // the first maximum, NaN never taken (max_element's rule with NaN is order-dependent)
+    int32_t want = 0;
+    for (int i = 0; i < vocab; ++i)
+      if (full[size_t(i)] > full[size_t(want)] || std::isnan(full[size_t(want)])) want = i;
+    if (std::isnan(full[size_t(want)]) || full[size_t(want)] == -INFINITY) want = 0;
+    ties += int(std::count(full.begin(), full.end(), full[size_t(want)]) > 1);
+    EXPECT_EQ(eagle3_greedy(dl.data(), n, d2t), want) << "rep " << rep << " n " << n;
+  }
+  EXPECT_GT(ties, 30) << "too few ties drawn to test the tie rule";
+}
+

@@ -99,6 +99,8 @@ with tempfile.TemporaryDirectory() as d:
                   st["drafted"] >= st["accepted"] >= 0, f"{method} prompt {k}: greedy ids equal plain decoding ({st})")
     raises(lambda: m3mono.LLM(path, device="cpu", speculative="eagle3"), "--draft-model", "eagle3 without a draft")
     raises(lambda: m3mono.LLM(path, device="cpu", speculative="medusa"), "medusa", "an unknown speculative method")
+    raises(lambda: m3mono.LLM(path, device="cpu", speculative="eagle3", draft_model=os.path.join(path, "eagle3"),
+                              draft_device="tpu"), "--draft-device", "an unknown draft device")
     raises(lambda: m3mono.LLM(path, device="cpu", speculative="eagle3", draft_model=path), "LlamaForCausalLMEagle3",
            "a target checkpoint given as the draft")
 
