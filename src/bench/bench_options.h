@@ -36,6 +36,7 @@ struct BenchOptions {
   double tc_peak_tflops = NAN;          // prefill fraction denominator (NaN = measured bf16 GEMM on cuda)
   std::string trace;                    // mono: per-task device timestamps of each case's set-up step, to
                                         // <trace>.b<batch>.ctx<context>.csv (and a summary in the report)
+  bool eagle3_draft = false;            // cuda: time the EAGLE3 draft network (bench/cuda/eagle3_bench.h)
   std::vector<int> aux_layers;          // cuda decode: copy the hidden states entering these layers out
                                         // (EAGLE3's, native/aux_capture.h; mono runs in parts)
 };

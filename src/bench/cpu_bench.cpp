@@ -49,6 +49,7 @@ std::vector<int32_t> row_table(int r, int width) {
 BenchReport run_cpu_bench(const BenchOptions& o) {
   M3_CHECK(o.steps >= 1 && o.warmup >= 0, "bench: --steps {} / --warmup {}", o.steps, o.warmup);
   M3_CHECK(!o.kernels, "bench: --kernels needs --device cuda");
+  M3_CHECK(!o.eagle3_draft, "bench: --eagle3-draft needs --device cuda");
   for (const auto& p : o.paths)
     M3_CHECK(p == "cpu-ref", "bench: path '{}' is not available with --device cpu (only cpu-ref)", p);
   std::string name;

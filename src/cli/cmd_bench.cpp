@@ -117,6 +117,9 @@ RunFn setup_bench(CLI::App& app) {
                  "cuda decode cases: copy out the hidden states entering these layers every step (EAGLE3 drafts read "
                  "2,30,57 of MiniMax-M3; mono then runs its layers in parts), comma list")
       ->delimiter(',');
+  app.add_flag("--eagle3-draft", o.eagle3_draft,
+               "cuda: also time the EAGLE3 draft network on the GPU (random weights of a draft for this model's hidden "
+               "size and vocabulary: one observed row and a draft row, wall time)");
   app.add_option("--json", a->json, "write the results as JSON");
   app.add_option("--chart", a->chart, "write a PNG of latency vs batch and context with the floor (needs matplotlib)");
   return [a] { return run_bench(*a); };

@@ -53,7 +53,7 @@ SpeculativeOptions speculative_options(const SpeculativeArgs& a, const std::stri
 #if M3_WITH_CUDA
       M3_CHECK(cuda_usable(), "--draft-device cuda: no usable GPU is visible");
       Eagle3Checkpoint c = load_eagle3_checkpoint(a.draft_model, model_dir, target);
-      o.drafter = std::make_shared<Eagle3Drafter>(std::make_shared<native::CudaEagle3Net>(std::move(c.spec), c.weights));
+      o.drafter = std::make_shared<Eagle3Drafter>(std::make_shared<native::CudaEagle3Net>(std::move(c.spec), std::move(c.weights)));
 #else
       M3_FAIL("--draft-device cuda: this build has no CUDA");
 #endif

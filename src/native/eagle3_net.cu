@@ -86,7 +86,7 @@ struct CudaEagle3Net::Impl {
   cudaStream_t stream = nullptr;
 };
 
-CudaEagle3Net::CudaEagle3Net(Eagle3Spec spec, const Eagle3Weights& w, int max_rows)
+CudaEagle3Net::CudaEagle3Net(Eagle3Spec spec, Eagle3Weights w, int max_rows)
     : s_(std::move(spec)), d_(std::make_unique<Impl>()) {
   const int H = s_.hidden, I = s_.intermediate, qd = s_.q_dim(), kd = s_.kv_dim();
   M3_CHECK(s_.head_dim > 0 && s_.head_dim % 2 == 0 && s_.head_dim <= kernels::kDraftAttnMaxHd,
@@ -100,8 +100,8 @@ CudaEagle3Net::CudaEagle3Net(Eagle3Spec spec, const Eagle3Weights& w, int max_ro
            "vocab {}, hidden {})",
            w.embed.rows, w.embed.cols, w.lm_head.rows, w.lm_head.cols, s_.vocab, s_.draft_vocab, H);
   Impl& d = *d_;
-  d.embed_copy = w.embed;
-  d.d2t = w.d2t;
+  d.embed_copy = std::move(w.embed);
+  d.d2t = std::move(w.d2t);
   d.fc = upload({&w.fc}, "fc");
   d.qkv = upload({&w.wq, &w.wk, &w.wv}, "q/k/v_proj");
   d.wo = upload({&w.wo}, "o_proj");

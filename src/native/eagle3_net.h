@@ -24,7 +24,7 @@ class CudaEagle3Net final : public Eagle3Net {
  public:
   // Throws (naming the shape) when the draft's heads do not fit the kernels (head_dim even, at most
   // 256; num_heads a multiple of num_kv_heads) or device memory runs out.
-  CudaEagle3Net(Eagle3Spec spec, const Eagle3Weights& w, int max_rows = 64);
+  CudaEagle3Net(Eagle3Spec spec, Eagle3Weights w, int max_rows = 64);  // keeps w.embed only
   ~CudaEagle3Net() override;
   const Eagle3Spec& spec() const override { return s_; }
   std::unique_ptr<Eagle3SeqState> new_sequence() override;

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "bench/cuda/device_weights.h"
+#include "bench/cuda/eagle3_bench.h"
 #include "native/bucket_rows.h"
 #include "bench/cuda/graph_timer.h"
 #include "bench/cuda/kernel_bench.h"
@@ -319,6 +320,7 @@ BenchReport run_cuda_bench(const BenchOptions& o) {
                r.boundary_us);
 
   if (!o.no_steps) run_steps(o, spec, r, s);
+  if (o.eagle3_draft) bench_eagle3_draft(spec, o.seed, r);
   if (o.kernels) {
     KernelBenchOptions ko;
     ko.seed = o.seed;
