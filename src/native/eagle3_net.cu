@@ -173,7 +173,7 @@ int32_t CudaEagle3Net::run(Eagle3SeqState& st, int32_t start, std::span<const in
                            Src src) {
   auto& s = static_cast<CudaSeq&>(st);
   Impl& d = *d_;
-  const int n = int(tokens.size()), H = s_.hidden, I = s_.intermediate, qd = s_.q_dim(), kd = s_.kv_dim();
+  const int n = int(tokens.size()), H = s_.hidden, I = s_.intermediate, kd = s_.kv_dim();
   M3_CHECK(n >= 1 && start >= 0, "EAGLE3 draft on the GPU: {} rows from position {}", n, start);
   M3_CHECK(src == Src::Aux || n == 1, "EAGLE3 draft on the GPU: a draft row comes alone");
   M3_CHECK(src != Src::Observed || s.has_observed, "EAGLE3 draft on the GPU: a draft at position {} before any observed row",
@@ -197,7 +197,7 @@ int32_t CudaEagle3Net::run(Eagle3SeqState& st, int32_t start, std::span<const in
     }
     s.k = std::move(k), s.v = std::move(v), s.cap = cap;
   }
-  auto act = [](const Rows& r, int64_t col = 0) { return ActIn{r.buf.get<float>() + col, DType::F32, r.ld}; };
+  auto act = [](const Rows& r) { return ActIn{r.buf.get<float>(), DType::F32, r.ld}; };
   std::vector<float> emb(size_t(std::min(n, d.chunk)) * size_t(d.emb.ld));
   for (int c0 = 0; c0 < n; c0 += d.chunk) {
     const int m = std::min(d.chunk, n - c0), pos0 = start + c0;
@@ -264,7 +264,6 @@ int32_t CudaEagle3Net::run(Eagle3SeqState& st, int32_t start, std::span<const in
   M3_CUDA_CHECK(cudaMemcpyAsync(logits_.data(), d.logits.row(0), logits_.size() * 4, cudaMemcpyDeviceToHost, st_));
   M3_CUDA_CHECK(cudaStreamSynchronize(st_));
   (src == Src::Aux ? s.has_observed : s.has_drafted) = true;
-  (void)qd;
   return eagle3_greedy(logits_.data(), s_.draft_vocab, d.d2t);
 }
 
