@@ -15,9 +15,9 @@ namespace m3 {
 Eagle3Spec synthetic_eagle3_spec(const ModelSpec& target, const SyntheticEagle3Options& opt) {
   Eagle3Spec s;
   s.hidden = s.target_hidden = target.hidden;
-  s.num_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = std::max(2, (target.hidden / 4) & ~1);
+  s.num_heads = opt.num_heads;
+  s.num_kv_heads = opt.num_kv_heads;
+  s.head_dim = opt.head_dim > 0 ? opt.head_dim : std::max(2, (target.hidden / 4) & ~1);
   s.intermediate = 2 * target.hidden;
   s.vocab = target.vocab_size;
   s.draft_vocab = opt.reduced_vocab ? (target.vocab_size + 1) / 2 : target.vocab_size;

@@ -16,10 +16,12 @@ struct SyntheticEagle3Options {
   uint64_t seed = 1;
   bool reduced_vocab = false;
   std::vector<int> aux_layers;  // empty: eagle3_default_aux_layers (fc reads this many target states)
+  int num_heads = 4, num_kv_heads = 2;
+  int head_dim = 0;  // 0: hidden / 4 (rounded down to even)
 };
 
-// The draft's shape for `target` (hidden as the target's, 4 query heads over 2 KV heads, an MLP of
-// twice the hidden size, the default aux layers).
+// The draft's shape for `target` (hidden as the target's, 4 query heads over 2 KV heads unless opt
+// says otherwise, an MLP of twice the hidden size, the default aux layers).
 Eagle3Spec synthetic_eagle3_spec(const ModelSpec& target, const SyntheticEagle3Options& opt = {});
 // Writes DIR/config.json and DIR/model.safetensors; returns the spec written.
 Eagle3Spec write_synthetic_eagle3(const std::filesystem::path& dir, const ModelSpec& target,

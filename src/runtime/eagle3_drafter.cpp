@@ -35,8 +35,8 @@ std::vector<int32_t> Eagle3Drafter::propose(uint64_t seq, int k) {
   auto it = seqs_.find(seq);
   if (k <= 0 || it == seqs_.end() || it->second.first < 0) return {};
   Seq& s = it->second;
-  std::vector<int32_t> drafts{s.first};
-  for (int i = 1; i < k; ++i) drafts.push_back(net_->draft(*s.state, s.len + i - 1, drafts.back(), i == 1));
+  std::vector<int32_t> drafts(size_t(k), s.first);
+  if (k > 1) net_->draft_chain(*s.state, s.len, s.first, k - 1, drafts.data() + 1);
   return drafts;
 }
 

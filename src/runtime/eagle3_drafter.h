@@ -37,6 +37,12 @@ class Eagle3Net {
   // One row at `pos` with `token` over the observed row (from_observed) or the previous draft() row:
   // its K/V written at pos, its pre-norm output kept for the next draft(). Returns its greedy draft.
   virtual int32_t draft(Eagle3SeqState& s, int32_t pos, int32_t token, bool from_observed) = 0;
+  // n >= 1 chained draft rows: row j at pos + j, over the observed row (j = 0) or row j - 1, with
+  // `token` (j = 0) or out[j - 1]; out[j] = row j's greedy draft. The same as n draft() calls (this
+  // default); a network may run the chain without a host round trip between its rows.
+  virtual void draft_chain(Eagle3SeqState& s, int32_t pos, int32_t token, int n, int32_t* out) {
+    for (int j = 0; j < n; ++j) out[j] = draft(s, pos + j, j == 0 ? token : out[j - 1], j == 0);
+  }
 };
 
 // The target id of the largest of n draft logits (target id = i + d2t[i]; d2t empty: i), the lowest

@@ -15,7 +15,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -329,6 +332,10 @@ TEST(GpuEagle3, CudaDraftNetMatchesTheReference) {
     SyntheticEagle3Options eo;
     eo.seed = seed % 1000 + 7;
     eo.reduced_vocab = reduced;
+    if (reduced) {  // 10 q heads a kv head (two head groups in the attention: 8 + 2), a head size of 4k + 2
+      eo.num_heads = 20;
+      eo.head_dim = 14;
+    }
     const fs::path dir = tmp.path / (reduced ? "reduced" : "full");
     write_synthetic_eagle3(dir, spec, eo);
     Eagle3Checkpoint c = load_eagle3_checkpoint(dir, target, spec);
@@ -345,6 +352,8 @@ TEST(GpuEagle3, CudaDraftNetMatchesTheReference) {
       std::vector<float> got(static_cast<size_t>(s.vocab), -INFINITY);
       const auto& dl = gpu.last_draft_logits();
       ASSERT_EQ(int(dl.size()), s.draft_vocab);
+      // the device's greedy pick is the host rule over the same logits
+      EXPECT_EQ(got_id, eagle3_greedy(dl.data(), s.draft_vocab, c.weights.d2t)) << where << ": device greedy";
       for (int i = 0; i < s.draft_vocab; ++i) got[size_t(i + (c.weights.d2t.empty() ? 0 : c.weights.d2t[size_t(i)]))] = dl[size_t(i)];
       int at = 0;
       const double e = rel_diff_at(got.data(), want_logits.data(), s.vocab, &at);
@@ -371,7 +380,9 @@ TEST(GpuEagle3, CudaDraftNetMatchesTheReference) {
     for (int round = 0; round < 5; ++round) {
       // restart inside what was observed now and then (a verify step's rejected tail)
       const int32_t start = round > 1 && rng() % 3 == 0 ? int32_t(rng() % unsigned(len + 1)) : len;
-      const int n = round == 0 ? 56 + int(rng() % 8) : round == 1 ? 9 + int(rng() % 9) : 1 + int(rng() % 9);
+      // round 2 makes the history long enough for the draft rows' attention to split its keys
+      const int n = round == 0 ? 56 + int(rng() % 8) : round == 1 ? 9 + int(rng() % 9)
+                  : round == 2 ? 500 + int(rng() % 200) : 1 + int(rng() % 9);
       std::vector<int32_t> toks(static_cast<size_t>(n));
       for (auto& t : toks) t = int32_t(rng() % unsigned(s.vocab));
       std::vector<float> aux(size_t(n) * size_t(s.fc_in()));
@@ -387,6 +398,8 @@ TEST(GpuEagle3, CudaDraftNetMatchesTheReference) {
       // a chain of three draft rows after them
       std::vector<float> h(r.end() - s.hidden, r.end());
       int32_t tok = id;
+      std::vector<int32_t> one_by_one;
+      std::vector<float> last_logits;
       for (int k = 0; k < 3; ++k) {
         cache.len = len + k;
         h = cpu.forward(cache, len + k, std::span<const int32_t>(&tok, 1), h.data(),
@@ -394,8 +407,18 @@ TEST(GpuEagle3, CudaDraftNetMatchesTheReference) {
         const int32_t got = gpu.draft(*seq, len + k, tok, k == 0);
         check(want_logits, h.data(), got, false,
               fmt::format("{} vocab, draft {} at {}", reduced ? "reduced" : "full", k, len + k));
+        one_by_one.push_back(got);
         tok = got;
       }
+      last_logits = gpu.last_draft_logits();
+      // the same three rows as one chain on the device (the same positions: their K/V rewritten with
+      // the same values): the same ids and the same last logits, bitwise
+      int32_t chained[3] = {-1, -1, -1};
+      gpu.draft_chain(*seq, len, id, 3, chained);
+      for (int k = 0; k < 3; ++k) EXPECT_EQ(chained[k], one_by_one[size_t(k)]) << "chained draft " << k << " at " << len;
+      const std::vector<float> chain_logits = gpu.last_draft_logits();
+      EXPECT_EQ(0, std::memcmp(chain_logits.data(), last_logits.data(), last_logits.size() * 4))
+          << "the chain's last logits differ from the row-by-row ones";
     }
     // a bad token is refused, naming it
     const int32_t bad = s.vocab;
@@ -404,4 +427,59 @@ TEST(GpuEagle3, CudaDraftNetMatchesTheReference) {
   EXPECT_GT(drafts_equal, rows / 2) << "most drafts should be compared (near-ties " << near_ties << ")";
   std::printf("  [eagle3 cuda draft] %d rows: logits within %.3g, pre-norm rows within %.3g of the reference; %d "
               "greedy drafts equal, %d near-ties skipped\n", rows, worst_logit, worst_prenorm, drafts_equal, near_ties);
+}
+
+// The device's greedy pick against the host rule (eagle3_greedy) on logits built to hit every
+// clause: ties mapped to target ids in both orders, -inf, NaN, all -inf / NaN, and random ones.
+TEST(GpuEagle3, DeviceGreedyIsTheHostRule) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int n = 5000;
+  float* dl = nullptr;
+  int32_t *dd = nullptr, *dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&dl, n * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dd, n * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, 4), cudaSuccess);
+  int cases = 0;
+  for (int round = 0; round < 40; ++round) {
+    std::vector<float> v(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> u(-4.f, 4.f);
+    for (auto& x : v) x = u(rng);
+    const int kind = round % 5;
+    if (kind == 1) {  // the maximum three times
+      for (int k = 0; k < 3; ++k) v[size_t(rng() % n)] = 9.f;
+    } else if (kind == 2) {  // -inf and NaN sprinkled, a tie at the top
+      for (int k = 0; k < 500; ++k) v[size_t(rng() % n)] = (k % 2) ? -INFINITY : NAN;
+      v[size_t(rng() % n)] = 7.f, v[size_t(rng() % n)] = 7.f;
+    } else if (kind == 3) {  // nothing visible
+      for (auto& x : v) x = (rng() % 2) ? -INFINITY : NAN;
+    } else if (kind == 4) {  // quantized: many ties everywhere
+      for (auto& x : v) x = float(int(rng() % 8));
+    }
+    // d2t: a random injective map into a larger vocabulary (ties land in either order of target ids)
+    std::vector<int32_t> ids(static_cast<size_t>(3 * n));
+    for (int i = 0; i < 3 * n; ++i) ids[size_t(i)] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    ids.resize(size_t(n));
+    std::sort(ids.begin(), ids.end());
+    std::vector<int32_t> d2t(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) d2t[size_t(i)] = ids[size_t(i)] - i;
+    if (round % 2) std::reverse(v.begin(), v.end());
+    for (bool mapped : {false, true}) {
+      ASSERT_EQ(cudaMemcpy(dl, v.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dd, d2t.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      const int32_t poison = -7;
+      ASSERT_EQ(cudaMemcpy(dout, &poison, 4, cudaMemcpyHostToDevice), cudaSuccess);
+      native::eagle3_greedy_device(dl, n, mapped ? dd : nullptr, dout, nullptr);
+      int32_t got = 0;
+      ASSERT_EQ(cudaMemcpy(&got, dout, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      const std::vector<int32_t> none;
+      EXPECT_EQ(got, eagle3_greedy(v.data(), n, mapped ? d2t : none)) << "round " << round << " kind " << kind
+                                                                      << (mapped ? " with d2t" : "");
+      ++cases;
+    }
+  }
+  cudaFree(dl), cudaFree(dd), cudaFree(dout);
+  std::printf("  [eagle3 device greedy] %d cases equal to the host rule\n", cases);
 }

@@ -34,6 +34,17 @@ Mat mat(int rows, int cols, uint64_t seed) {
   return m;
 }
 
+// sums by name, in first-seen order
+std::vector<std::pair<std::string, double>> merge(std::vector<std::pair<std::string, double>> a,
+                                                  const std::vector<std::pair<std::string, double>>& b) {
+  for (const auto& [name, us] : b) {
+    auto it = std::find_if(a.begin(), a.end(), [&](const auto& e) { return e.first == name; });
+    if (it == a.end()) a.emplace_back(name, us);
+    else it->second += us;
+  }
+  return a;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -74,39 +85,61 @@ void bench_eagle3_draft(const ModelSpec& target, uint64_t seed, BenchReport& r) 
   w.lm_head = mat(s.draft_vocab, H, seed + 10);
   w.d2t.assign(size_t(s.draft_vocab), 0);
   native::CudaEagle3Net net(s, std::move(w));
-  auto seq = net.new_sequence();
   std::vector<float> aux(size_t(s.fc_in()));
   fill(aux, seed + 11, 1.0f);
-  // a 1K-token history first (the draft attends over its own K/V)
-  std::vector<int32_t> hist(1024);
-  for (size_t i = 0; i < hist.size(); ++i) hist[i] = int32_t(i * 7919 % size_t(s.vocab));
-  std::vector<float> hist_aux(hist.size() * aux.size());
-  fill(hist_aux, seed + 12, 1.0f);
-  net.observe(*seq, 0, hist, hist_aux.data());
-  int32_t pos = int32_t(hist.size());
-  std::vector<double> obs, dr;
-  for (int rep = 0; rep < 60; ++rep) {
-    const int32_t tok = int32_t(rep * 31 % s.vocab);
-    auto t0 = std::chrono::steady_clock::now();
-    const int32_t d0 = net.observe(*seq, pos, std::span<const int32_t>(&tok, 1), aux.data());
-    auto t1 = std::chrono::steady_clock::now();
-    const int32_t d1 = net.draft(*seq, pos + 1, d0, true);
-    auto t2 = std::chrono::steady_clock::now();
-    net.draft(*seq, pos + 2, d1, false);
-    auto t3 = std::chrono::steady_clock::now();
-    ++pos;
-    if (rep < 10) continue;  // warm-up
-    obs.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    dr.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
-    dr.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+  // per stage, us a call (the net's events), in first-seen order
+  auto stages = [&](const std::vector<std::pair<std::string, double>>& sums, int calls) {
+    std::string out;
+    for (const auto& [name, us] : sums) out += fmt::format("{}{} {:.1f}", out.empty() ? "" : ", ", name, us / calls);
+    return out;
+  };
+  for (int context : {1024, 8192}) {
+    // a history first (the draft attends over its own K/V)
+    auto seq = net.new_sequence();
+    std::vector<int32_t> hist(static_cast<size_t>(context));
+    for (size_t i = 0; i < hist.size(); ++i) hist[i] = int32_t(i * 7919 % size_t(s.vocab));
+    std::vector<float> hist_aux(hist.size() * aux.size());
+    fill(hist_aux, seed + 12, 1.0f);
+    net.observe(*seq, 0, hist, hist_aux.data());
+    int32_t pos = int32_t(hist.size());
+    std::vector<double> obs, chain;
+    std::vector<std::pair<std::string, double>> obs_stages, chain_stages;
+    int obs_calls = 0, chain_calls = 0;
+    for (int rep = 0; rep < 80; ++rep) {
+      const bool profiled = rep >= 60;  // events after every launch: timed apart from the wall times
+      const int32_t tok = int32_t(rep * 31 % s.vocab);
+      int32_t drafts[2];
+      net.set_profile(profiled);
+      auto t0 = std::chrono::steady_clock::now();
+      const int32_t d0 = net.observe(*seq, pos, std::span<const int32_t>(&tok, 1), aux.data());
+      auto t1 = std::chrono::steady_clock::now();
+      if (profiled) {
+        obs_stages = merge(obs_stages, net.profile());
+        obs_calls += net.profiled_calls();
+        net.set_profile(true);
+      }
+      net.draft_chain(*seq, pos + 1, d0, 2, drafts);
+      auto t2 = std::chrono::steady_clock::now();
+      if (profiled) {
+        chain_stages = merge(chain_stages, net.profile());
+        chain_calls += net.profiled_calls();
+      }
+      ++pos;
+      if (rep < 10 || profiled) continue;  // warm-up
+      obs.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      chain.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    }
+    net.set_profile(false);
+    const double o = median(obs), c = median(chain);
+    r.notes.push_back(fmt::format(
+        "eagle3 draft on the GPU (random weights: hidden {}, {} x 128 heads / 8 kv, intermediate {}, draft vocab {}; "
+        "{:.0f} MB in BF16 with the embedding; after a {}-token history): observe of 1 row {:.1f} us, a chain of 2 "
+        "draft rows {:.1f} us (medians of 50, wall time); 3 drafts a step cost {:.1f} us. Device time by stage, us a "
+        "call: observe: {}; chain of 2: {}",
+        H, s.num_heads, s.intermediate, s.draft_vocab, double(net.device_bytes()) / 1e6, context, o, c, o + c,
+        stages(obs_stages, obs_calls), stages(chain_stages, chain_calls)));
+    std::fprintf(stderr, "bench: %s\n", r.notes.back().c_str());
   }
-  const double o = median(obs), d = median(dr);
-  r.notes.push_back(fmt::format(
-      "eagle3 draft on the GPU (random weights: hidden {}, {} x 128 heads / 8 kv, intermediate {}, draft vocab {}; "
-      "{:.0f} MB in BF16; after a 1K-token history): observe of 1 row {:.1f} us, a draft row {:.1f} us (medians of 50, "
-      "wall time incl. uploads and the logits read back); 3 drafts a step cost {:.1f} us",
-      H, s.num_heads, s.intermediate, s.draft_vocab, double(net.device_bytes()) / 1e6, o, d, o + 2 * d));
-  std::fprintf(stderr, "bench: %s\n", r.notes.back().c_str());
 }
 
 }  // namespace m3::bench
