@@ -65,6 +65,7 @@ ModelWeights load_prepared_dequantized(const std::string& model_dir, const Model
   auto src = make_weight_source(bind);
   PrepareOptions po;
   po.router_bf16 = router_bf16;
+  po = prepare_options_for(bind, po);  // the GPU arena's formats (MXFP8 projections as stored)
   PreparedLayout layout = plan_prepared(spec, po);
   std::vector<uint8_t> arena(layout.total_bytes, 0);
   HostArenaSink sink(arena);

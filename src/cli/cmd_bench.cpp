@@ -99,6 +99,11 @@ RunFn setup_bench(CLI::App& app) {
   app.add_flag("--fp8-rows", o.fp8_rows,
                "FP8 projection codes row-major instead of the arena's 16-row tiles (docs/formats.md; the same "
                "bits, for a side-by-side timing)");
+  app.add_option("--weights", o.weights,
+                 "attention projections of the random weights: fp8 (E4M3 + a row scale, what BF16 and FP8 checkpoints "
+                 "load as) or mxfp8 (E4M3 + E8M0 per 32, what the MXFP8 release loads as; mono refuses it)")
+      ->check(CLI::IsMember({"fp8", "mxfp8"}))
+      ->capture_default_str();
   app.add_flag("--kernels", o.kernels, "cuda: per-kernel benches (FP8 GEMV, MXFP4 experts) vs plain reads and cuBLASLt");
   app.add_option("--kernel-ms", o.kernel_ms, "--kernels: token counts, comma list")->delimiter(',')->capture_default_str();
   app.add_option("--kernel-tps", o.kernel_tps, "--kernels: tensor-parallel shards, comma list")

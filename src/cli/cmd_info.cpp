@@ -87,6 +87,7 @@ int run_info(const InfoArgs& a) {
                                     s.index_topk * s.index_block).c_str());
   print_plan(s);
 
+  bool mxfp8_projections = false;  // the GPU arena's projection format for this checkpoint
   if (!a.model.empty()) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -109,7 +110,9 @@ int run_info(const InfoArgs& a) {
         formats += fmt::format("{}{} {} ({})", formats.empty() ? "" : ", ", nb.first, f, human(nb.second, "B"));
       std::printf("%s\n", fmt::format("checkpoint formats: quantization_config {}; tensors {}", b.table.quant.describe(),
                                       formats).c_str());
-      if (const std::string note = arena_requantization_note(b); !note.empty())
+      const PrepareOptions arena = prepare_options_for(b, PrepareOptions{});
+      mxfp8_projections = arena.mxfp8_projections;
+      if (const std::string note = arena_requantization_note(b, arena); !note.empty())
         std::printf("%s\n", fmt::format("note: {}", note).c_str());
     }
   }
@@ -119,6 +122,7 @@ int run_info(const InfoArgs& a) {
   fo.kv_bytes = a.kv_bf16 ? 2 : 1;
   fo.index_k_bytes = a.index_bf16 ? 2 : 1;
   fo.router_bf16 = a.router_bf16;
+  fo.mxfp8_projections = mxfp8_projections;
   Footprint fp = compute_footprint(s, fo);
   std::printf("%s\n", fmt::format("parameters: total {}; active per token {} (+{} lm_head)", params(fp.total_params),
                                   params(fp.active_params), params(fp.lm_head_params)).c_str());
@@ -127,6 +131,7 @@ int run_info(const InfoArgs& a) {
   if (a.tp > 1) {  // the GPU arena's own split rules (whole MXFP4 blocks per rank, heads)
     PrepareOptions po;
     po.tp_size = a.tp;
+    po.mxfp8_projections = mxfp8_projections;
     try {
       const PreparedLayout L = plan_prepared(s, po);
       std::printf("%s\n", fmt::format("  per rank: {} query heads, {} KV head(s){}", L.heads, L.kv_heads,

@@ -3,7 +3,11 @@
 
 namespace m3::kernels {
 
-enum class WeightFmt : int { FP8, BF16, F32 };  // row formats of the dense (non-MX) weights
+// Row formats of the linear weights: FP8 E4M3 codes with one fp32 scale a row; BF16; F32; MXFP8
+// (E4M3 codes with one E8M0 scale per 32 elements of a row: the OCP MX format of the MXFP8 release).
+enum class WeightFmt : int { FP8, BF16, F32, MXFP8 };
+// E4M3 codes, one byte an element (FP8 and MXFP8)
+constexpr bool is_e4m3(WeightFmt w) { return w == WeightFmt::FP8 || w == WeightFmt::MXFP8; }
 enum class ActFmt : int { BF16, F32 };          // activation formats
 enum class CacheFmt : int { FP8, BF16 };        // K/V and index-K cache elements
 

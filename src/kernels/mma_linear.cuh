@@ -75,12 +75,19 @@ namespace mma {
 // Code c = s eeee mmm; the bf16 pattern of its value * 2^-120 has low byte (c & 0x0f) << 4 (e0 m2 m1
 // m0 0000) and high byte (c & 0x80) | (c >> 4 & 0x07) (s 0000 e3 e2 e1): two masks per word build
 // all four low / high bytes, two byte permutes interleave them, one bf16x2 multiply per pair.
-__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  constexpr uint32_t kTwo120 = 0x7b807b80u;  // bf16x2 {2^120, 2^120}
+// mul: the bf16x2 multiplier, 2^120 for plain E4M3 values; an MXFP8 block scale 2^(S - 127) folds in
+// as 2^(S - 7) (mx_mul), exact while the products stay normal or bf16-subnormal.
+constexpr uint32_t kTwo120 = 0x7b807b80u;  // bf16x2 {2^120, 2^120}
+__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& lo, uint32_t& hi, uint32_t mul = kTwo120) {
   const uint32_t lb = (w << 4) & 0xf0f0f0f0u;
   const uint32_t hb = ((w >> 4) & 0x07070707u) | (w & 0x80808080u);
-  lo = bf16x2_mul(__byte_perm(lb, hb, 0x5140), kTwo120);
-  hi = bf16x2_mul(__byte_perm(lb, hb, 0x7362), kTwo120);
+  lo = bf16x2_mul(__byte_perm(lb, hb, 0x5140), mul);
+  hi = bf16x2_mul(__byte_perm(lb, hb, 0x7362), mul);
+}
+// The bf16x2 multiplier of E8M0 byte s: {2^(s - 7), 2^(s - 7)} (bf16 exponent field s + 120: s <= 134).
+__device__ __forceinline__ uint32_t mx_mul(uint32_t s) {
+  const uint32_t b = (s + 120u) << 7;
+  return b | (b << 16);
 }
 
 // The A fragment of step s from one 16-element run per row (rows g and g + 8).
@@ -95,6 +102,20 @@ struct WRun<WeightFmt::FP8> {
     const uint32_t w8 = s == 0 ? v[1][0].x : s == 1 ? v[1][0].y : s == 2 ? v[1][0].z : v[1][0].w;
     e4m3x4_to_bf16x2(w0, a[0], a[2]);
     e4m3x4_to_bf16x2(w8, a[1], a[3]);
+  }
+};
+// MXFP8: the FP8 run, and each row's block-scale multiplier (mx_mul) for the run's 16 elements (a
+// lane's run lies inside one 32-element scale block).
+template <>
+struct WRun<WeightFmt::MXFP8> {
+  static constexpr int kVec = 1;
+  uint4 v[2][1];
+  uint32_t m[2];
+  __device__ __forceinline__ void frag(int s, uint32_t (&a)[4]) const {
+    const uint32_t w0 = s == 0 ? v[0][0].x : s == 1 ? v[0][0].y : s == 2 ? v[0][0].z : v[0][0].w;
+    const uint32_t w8 = s == 0 ? v[1][0].x : s == 1 ? v[1][0].y : s == 2 ? v[1][0].z : v[1][0].w;
+    e4m3x4_to_bf16x2(w0, a[0], a[2], m[0]);
+    e4m3x4_to_bf16x2(w8, a[1], a[3], m[1]);
   }
 };
 template <>
@@ -126,7 +147,7 @@ __device__ __forceinline__ uint4 ld_shared_16(const uint8_t* p) {
 template <WeightFmt W, bool SMEM = false>
 __device__ __forceinline__ void load_wrun(WRun<W>& r, const uint8_t* const (&row)[2], const bool (&ok)[2],
                                           int boff, int kc, int K) {
-  constexpr int es = W == WeightFmt::FP8 ? 1 : 2;
+  constexpr int es = is_e4m3(W) ? 1 : 2;
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -250,7 +271,7 @@ __device__ __forceinline__ void act_step(const uint8_t* xrow, bool ok, int k, in
 template <WeightFmt W, int RT>
 __device__ __forceinline__ int weight_rows(const MmaLinearParams& p, int n0, int g, const uint8_t* (&row)[RT][2],
                                                bool (&ok)[RT][2]) {
-  if constexpr (W == WeightFmt::FP8) {
+  if constexpr (is_e4m3(W)) {
     if (p.tiled) {
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt)
@@ -264,12 +285,29 @@ __device__ __forceinline__ int weight_rows(const MmaLinearParams& p, int n0, int
     }
   }
   tile_rows<RT>(p.w, p.ld_w, n0, g, p.N, row, ok);
-  return kMmaKBlock * (W == WeightFmt::FP8 ? 1 : 2);
+  return kMmaKBlock * (is_e4m3(W) ? 1 : 2);
+}
+
+// MXFP8: the block-scale multipliers of the lane's rows (ok: the rows weight_rows found) for the run
+// at element kc (scale byte kc / 32 of each row).
+template <WeightFmt W, int RT>
+__device__ __forceinline__ void load_mx(WRun<W> (&wr)[RT], const MmaLinearParams& p, int n0, int g,
+                                        const bool (&ok)[RT][2], int kc) {
+  if constexpr (W == WeightFmt::MXFP8) {
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int n = n0 + rt * 16 + g + 8 * h;
+        // (past K the codes read as zero: any multiplier; none is read there)
+        wr[rt].m[h] = ok[rt][h] && kc < p.K ? mx_mul(__ldg(p.w_mx + int64_t(n) * p.ld_mx + (kc >> 5))) : kTwo120;
+      }
+  }
 }
 
 template <WeightFmt W>
 constexpr int blocks_in_flight(int rt) {
-  return W == WeightFmt::FP8 ? (rt >= 4 ? 1 : rt == 2 ? 2 : 3) : (rt >= 2 ? 1 : 2);
+  return is_e4m3(W) ? (rt >= 4 ? 1 : rt == 2 ? 2 : 3) : (rt >= 2 ? 1 : 2);
 }
 
 // One token's block: its 4 steps (hi MMA, then lo MMA for fp32 x) into blk (+0 on entry).
@@ -339,9 +377,10 @@ template <WeightFmt W, ActFmt X, int RT, int NT, bool SMEM = false>
 __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int t0, int blo, int bhi, int lane,
                                           float (&chain)[RT][NT][4], const uint8_t* staged = nullptr) {
   static_assert(!SMEM || RT == 1, "staged tiles hold one row tile");
+  static_assert(!SMEM || W != WeightFmt::MXFP8, "staged tiles are FP8 or BF16");
   constexpr int U = SMEM ? 4 : blocks_in_flight<W>(RT);
   const int g = lane >> 2, t = lane & 3;
-  constexpr int es = W == WeightFmt::FP8 ? 1 : 2;
+  constexpr int es = is_e4m3(W) ? 1 : 2;
   const uint8_t* row[RT][2];
   bool rok[RT][2];
   int bstride;  // bytes between blocks of a row (within a row or a tile: < 2^31)
@@ -377,6 +416,7 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
         const bool ok[2] = {live && rok[rt][0], live && rok[rt][1]};
         load_wrun<W, SMEM>(wr[u][rt], row[rt], ok, (b + u) * bstride + 16 * t * es, kc, p.K);
       }
+      load_mx<W, RT>(wr[u], p, n0, g, rok, kc);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -551,7 +591,7 @@ template <WeightFmt W, ActFmt X>
 __device__ __forceinline__ void deep_linear_issue(const MmaLinearParams& p, int n0, int t0, int b, uint8_t* st,
                                                   int tid) {
   constexpr int kThreads = 32 * kMmaDeepWarps;
-  constexpr int xe = X == ActFmt::F32 ? 4 : 2, we = W == WeightFmt::FP8 ? 1 : 2;
+  constexpr int xe = X == ActFmt::F32 ? 4 : 2, we = is_e4m3(W) ? 1 : 2;
   constexpr int xchunks = kMmaKBlock * xe / 16, wchunks = kMmaKBlock * we / 16;
   // activations: chunk c of token row holds elements 64b + c (16 / xe) ..
 #pragma unroll
@@ -570,7 +610,7 @@ __device__ __forceinline__ void deep_linear_issue(const MmaLinearParams& p, int 
     const bool ok = n < p.N && k < p.K;
     const uint8_t* src = p.w;
     if (ok) {
-      if (W == WeightFmt::FP8 && p.tiled) src += tiled_offset(n, 0, p.ld_w) + int64_t(b) * kTileBlockStride + 16 * c;
+      if (is_e4m3(W) && p.tiled) src += tiled_offset(n, 0, p.ld_w) + int64_t(b) * kTileBlockStride + 16 * c;
       else src += int64_t(n) * p.ld_w + (int64_t(b) * kMmaKBlock) * we + 16 * c;
     }
     cp_async_16(wst + (row * wchunks + deep_w_chunk<W>(row, c)) * 16, src, ok ? 16 : 0);
@@ -582,7 +622,7 @@ __device__ __forceinline__ void deep_linear_issue(const MmaLinearParams& p, int 
 template <WeightFmt W, ActFmt X>
 __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, int64_t item, Group g, uint8_t* smem) {
   constexpr int RT = 4, NT = 4, S = mma_deep_stages(W);
-  constexpr int xe = X == ActFmt::F32 ? 4 : 2, we = W == WeightFmt::FP8 ? 1 : 2;
+  constexpr int xe = X == ActFmt::F32 ? 4 : 2, we = is_e4m3(W) ? 1 : 2;
   constexpr int xchunks = kMmaKBlock * xe / 16, wchunks = kMmaKBlock * we / 16;
   const int groups = mma_deep_row_groups(p), P = p.chains;
   const int n0 = int(item % groups) * kMmaDeepRows, t0 = int(item / groups) * kMmaDeepTokens;
@@ -619,6 +659,14 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
         for (int i = 0; i < mma::WRun<W>::kVec; ++i)
           wr[rt].v[h][i] = mma::ld_shared_16(wst + (row * wchunks + mma::deep_w_chunk<W>(row, t * mma::WRun<W>::kVec + i)) * 16);
       }
+    if constexpr (W == WeightFmt::MXFP8) {  // the block scales from global memory (small, cached)
+      bool rok[RT][2];
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) rok[rt][h] = n0 + wr0 + rt * 16 + 8 * h + gl < p.N;
+      mma::load_mx<W, RT>(wr, p, n0 + wr0, gl, rok, kc);
+    }
     // token tile nt's step s from the stage: elements kc + 4s .. + 3 of token wt0 + 8 nt + gl
     auto act = [&](auto full, int nt, int s, uint32_t(&bh)[2], uint32_t(&bl)[2]) {
       constexpr bool FULL = decltype(full)::value;

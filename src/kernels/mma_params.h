@@ -21,6 +21,11 @@ struct MmaLinearParams {
   const uint8_t* w = nullptr;      // [N][ld_w bytes]
   const float* w_scale = nullptr;  // [N] (FP8 only)
   int64_t ld_w = 0;
+  // MXFP8 only: E8M0 scales [N][ld_mx bytes], byte j of a row scaling its elements 32j .. 32j + 31
+  // by 2^(byte - 127); bytes 4 .. 134 only (the walk multiplies exactly in bf16 there: the arena
+  // refuses others)
+  const uint8_t* w_mx = nullptr;
+  int64_t ld_mx = 0;
   const void* x = nullptr;         // [M][ld_x] bf16 or fp32
   int64_t ld_x = 0;
   float* y = nullptr;              // [M][ld_y]
@@ -118,7 +123,7 @@ M3_HOST_DEVICE inline int mma_row_tiles(const MmaLinearParams& p) { return (p.N 
 // The deep walk's ring (mma_linear.cuh, mma_linear_deep_work), per stage: one K block of the CTA
 // tile's activations ([kMmaDeepTokens][64 elements]), then of its weights ([kMmaDeepRows][64
 // elements]); after the ring the warps' running totals.
-M3_HOST_DEVICE constexpr int mma_deep_stages(WeightFmt w) { return w == WeightFmt::BF16 ? 3 : 4; }
+M3_HOST_DEVICE constexpr int mma_deep_stages(WeightFmt w) { return w == WeightFmt::BF16 ? 3 : 4; }  // E4M3: 4
 M3_HOST_DEVICE constexpr int mma_deep_act_bytes(ActFmt x) { return kMmaDeepTokens * kMmaKBlock * (x == ActFmt::F32 ? 4 : 2); }
 M3_HOST_DEVICE constexpr int mma_deep_stage_bytes(WeightFmt w, ActFmt x) {
   return mma_deep_act_bytes(x) + kMmaDeepRows * kMmaKBlock * (w == WeightFmt::BF16 ? 2 : 1);

@@ -17,6 +17,7 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::F32: return "fp32";
     case WeightFormat::FP8RowScaled: return "fp8 e4m3 + fp32 row scale";
     case WeightFormat::MXFP4: return "mxfp4 (e2m1 + e8m0/32)";
+    case WeightFormat::MXFP8: return "mxfp8 (e4m3 + e8m0/32)";
   }
   M3_FAIL("invalid weight format {}", int(f));
 }
@@ -32,9 +33,9 @@ Class classify(WeightRole r, const FootprintOptions& o) {
   switch (r) {
     case WeightRole::Wq: case WeightRole::Wk: case WeightRole::Wv:
     case WeightRole::IndexWq: case WeightRole::IndexWk:
-      return {"attention q/k/v + index projections", WeightFormat::FP8RowScaled};
+      return {"attention q/k/v + index projections", o.mxfp8_projections ? WeightFormat::MXFP8 : WeightFormat::FP8RowScaled};
     case WeightRole::Wo:
-      return {"attention o projection", WeightFormat::FP8RowScaled};
+      return {"attention o projection", o.mxfp8_projections ? WeightFormat::MXFP8 : WeightFormat::FP8RowScaled};
     case WeightRole::ExpertGate: case WeightRole::ExpertUp: case WeightRole::ExpertDown:
       return {"routed experts", WeightFormat::MXFP4};
     case WeightRole::SharedGate: case WeightRole::SharedUp: case WeightRole::SharedDown:
@@ -61,6 +62,7 @@ double format_bytes(WeightFormat f, double rows, double cols) {
     case WeightFormat::F32: return 4 * rows * cols;
     case WeightFormat::FP8RowScaled: return rows * cols + 4 * rows;
     case WeightFormat::MXFP4: return rows * cols / 2 + rows * std::ceil(cols / 32);
+    case WeightFormat::MXFP8: return rows * cols + rows * std::ceil(cols / 32);
   }
   return 0;
 }

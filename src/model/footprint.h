@@ -18,6 +18,7 @@ enum class WeightFormat : uint8_t {
   F32,
   FP8RowScaled,  // FP8 E4M3 + one fp32 scale per output row: rows * cols + 4 * rows bytes
   MXFP4,         // E2M1 pairs + one E8M0 per 32 inputs: 4.25 bits per weight
+  MXFP8,         // E4M3 + one E8M0 per 32 inputs: 8.25 bits per weight
 };
 std::string_view weight_format_name(WeightFormat f);
 
@@ -26,6 +27,7 @@ struct FootprintOptions {
   bool router_bf16 = false;   // router weight stored BF16 instead of FP32 (bias stays FP32)
   int kv_bytes = 1;           // bytes per K/V cache element (1 = FP8 E4M3, 2 = BF16)
   int index_k_bytes = 1;      // bytes per index-K cache element (1 = FP8, 2 = BF16)
+  bool mxfp8_projections = false;  // attention projections MXFP8 (PrepareOptions::mxfp8_projections)
 };
 
 struct FootprintItem {

@@ -73,11 +73,14 @@ struct Planner {
   PTensor bf16(PreparedFamily f, int64_t rows, int64_t cols) {
     return add(f, DType::BF16, rows, cols, bf16_row_bytes(cols));
   }
-  bool fp8_tiled = true;
+  bool fp8_tiled = true, mxfp8 = false;
   PFp8 fp8(PreparedFamily f, int64_t rows, int64_t cols) {
     PFp8 m;
     m.codes = fp8_tiled ? add_tiled(f, rows, cols) : add(f, DType::F8_E4M3, rows, cols, fp8_row_bytes(cols));
-    m.scales = add(f, DType::F32, rows, 1, 4);  // scale rows are not padded
+    if (mxfp8)  // one E8M0 byte per 32 columns, rows not padded (as the MXFP4 scales)
+      m.scales = add(f, DType::E8M0, rows, mxfp4_row_blocks(cols), mxfp4_row_blocks(cols));
+    else
+      m.scales = add(f, DType::F32, rows, 1, 4);  // scale rows are not padded
     return m;
   }
   PMxfp4 mxfp4(PreparedFamily f, int slots, int64_t rows, int64_t cols) {
@@ -135,6 +138,11 @@ PreparedLayout plan_prepared(const ModelSpec& spec, const PrepareOptions& opt) {
   using F = PreparedFamily;
   Planner P;
   P.fp8_tiled = opt.fp8_tiled;
+  P.mxfp8 = opt.mxfp8_projections;
+  // MXFP8 projections: a rank's O columns start on a 32-column block, so its blocks are the file's
+  M3_CHECK(!opt.mxfp8_projections || tp == 1 || (int64_t(L.heads) * spec.head_dim) % 32 == 0,
+           "prepare: MXFP8 projections at {} ranks: {} O columns per rank is not a multiple of the MXFP8 block (32)",
+           tp, int64_t(L.heads) * spec.head_dim);
   const int64_t H = spec.hidden;
   L.embed = P.bf16(F::Embed, spec.vocab_size, H);
   L.lm_head = P.bf16(F::LmHead, L.vocab_rows, H);
@@ -248,9 +256,9 @@ class CheckpointSource final : public WeightSource {
   }
   bool read_mxfp4_row(const WeightKey& k, int64_t row, int64_t col0, int64_t ncols, uint8_t* codes,
                       uint8_t* scales) const override {
-    auto it = map_.find(std::make_tuple(int(k.role), k.layer, k.expert));
-    if (it == map_.end() || it->second->quant != WeightQuant::Mxfp4) return false;
-    const BoundWeight& w = *it->second;
+    const BoundWeight* bw = bound(k, WeightQuant::Mxfp4);
+    if (!bw) return false;
+    const BoundWeight& w = *bw;
     const int64_t rows = w.entry->shape[0], cols = w.entry->shape[1];
     if (col0 % kMxBlock != 0 || ncols % 2 != 0 || col0 < 0 || ncols < 0 || col0 + ncols > cols || row < 0 ||
         row >= rows)
@@ -271,11 +279,32 @@ class CheckpointSource final : public WeightSource {
     std::memcpy(scales, s, size_t(nb));
     return true;
   }
+  bool read_mxfp8_row(const WeightKey& k, int64_t row, int64_t col0, int64_t ncols, uint8_t* codes,
+                      uint8_t* scales) const override {
+    const BoundWeight* bw = bound(k, WeightQuant::Mxfp8);
+    if (!bw) return false;
+    const BoundWeight& w = *bw;
+    const int64_t rows = w.entry->shape[0], cols = w.entry->shape[1];
+    if (col0 % kMxBlock != 0 || col0 < 0 || ncols < 0 || col0 + ncols > cols || row < 0 || row >= rows) return false;
+    const int64_t blocks = w.scale->shape[1], nb = (ncols + kMxBlock - 1) / kMxBlock;
+    const uint8_t* p = w.tensor->data + row * cols + col0;
+    for (int64_t c = 0; c < ncols; ++c)
+      M3_CHECK((p[c] & 0x7f) != 0x7f, "{}: tensor '{}' holds the E4M3 NaN code at row {}, column {}", w.tensor->file,
+               w.tensor->name, row, col0 + c);
+    const uint8_t* sc = w.scale->data + row * blocks + col0 / kMxBlock;
+    for (int64_t b = 0; b < nb; ++b)
+      M3_CHECK(sc[b] != 0xff, "{}: scale '{}' is E8M0 255 (NaN) at row {}, block {} (columns {}..{}) of '{}'",
+               w.scale->file, w.scale->name, row, col0 / kMxBlock + b, col0 + b * kMxBlock,
+               col0 + b * kMxBlock + kMxBlock - 1, w.tensor->name);
+    std::memcpy(codes, p, size_t(ncols));
+    std::memcpy(scales, sc, size_t(nb));
+    return true;
+  }
   bool read_fp8_row(const WeightKey& k, int64_t row, int64_t col0, int64_t ncols, uint8_t* codes,
                     float* scale) const override {
-    auto it = map_.find(std::make_tuple(int(k.role), k.layer, k.expert));
-    if (it == map_.end() || it->second->quant != WeightQuant::Fp8Tensor) return false;
-    const BoundWeight& w = *it->second;
+    const BoundWeight* bw = bound(k, WeightQuant::Fp8Tensor);
+    if (!bw) return false;
+    const BoundWeight& w = *bw;
     const int64_t rows = w.entry->shape[0], cols = w.entry->shape[1];
     if (col0 < 0 || ncols < 0 || col0 + ncols > cols || row < 0 || row >= rows) return false;
     std::memcpy(scale, w.scale->data, 4);
@@ -290,6 +319,11 @@ class CheckpointSource final : public WeightSource {
   }
 
  private:
+  // the bound tensor of k when the file holds it in format q, else null
+  const BoundWeight* bound(const WeightKey& k, WeightQuant q) const {
+    auto it = map_.find(std::make_tuple(int(k.role), k.layer, k.expert));
+    return it == map_.end() || it->second->quant != q ? nullptr : it->second;
+  }
   std::map<std::tuple<int, int, int>, const BoundWeight*> map_;
 };
 
@@ -319,7 +353,7 @@ ArenaReader host_arena_reader(const std::vector<uint8_t>& bytes) {
 
 namespace {
 
-enum class Enc { BF16, F32, FP8, MXFP4 };
+enum class Enc { BF16, F32, FP8, MXFP4, MXFP8 };
 
 // One prepared tensor to produce: destination row g (slot * rows + r) reads source row
 // map(slot, r) restricted to columns [col0, col0 + ncols).
@@ -353,6 +387,29 @@ void encode_row(Enc enc, const float* x, int64_t n, uint8_t* dst, int64_t row_by
       return;
     }
     case Enc::MXFP4: quantize_mxfp4_row(x, n, dst, scale_dst); return;
+    case Enc::MXFP8:
+      std::memset(dst, 0, size_t(row_bytes));
+      for (int64_t c = 0; c < n; ++c) M3_CHECK(std::isfinite(x[c]), "non-finite weight {} at column {}", x[c], c);
+      quantize_mxfp8_row(x, n, dst, scale_dst);
+      return;
+  }
+}
+
+// An MXFP8 row's block scales within what the GPU kernels multiply exactly (kMxfp8ArenaMinScale ..
+// kMxfp8ArenaMaxScale): a block of zero codes outside them takes 127 (its values stay zero), any
+// other is refused naming the block.
+void check_mxfp8_scales(const uint8_t* codes, int64_t n, uint8_t* scales) {
+  for (int64_t b = 0; b * kMxBlock < n; ++b) {
+    const int s = scales[b];
+    if (s >= kMxfp8ArenaMinScale && s <= kMxfp8ArenaMaxScale) continue;
+    bool zero = true;
+    for (int64_t c = b * kMxBlock; c < std::min<int64_t>(n, (b + 1) * kMxBlock); ++c) zero = zero && (codes[c] & 0x7f) == 0;
+    M3_CHECK(zero,
+             "block {} (columns {}..{}) has the E8M0 scale {} (2^{}): the GPU projection kernels hold MXFP8 block "
+             "scales 2^{} .. 2^{} (kernels/mma_params.h)",
+             b, b * kMxBlock, std::min<int64_t>(n, (b + 1) * kMxBlock) - 1, s, s - 127, kMxfp8ArenaMinScale - 127,
+             kMxfp8ArenaMaxScale - 127);
+    scales[b] = 127;
   }
 }
 
@@ -361,7 +418,7 @@ void run_job(const Job& j, const WeightSource& src, ArenaSink& sink, ThreadPool&
   const PTensor& T = j.main;
   const int64_t rows_total = int64_t(T.slots) * T.rows;
   if (rows_total == 0) return;
-  const bool scaled = j.enc == Enc::FP8 || j.enc == Enc::MXFP4;
+  const bool scaled = j.enc == Enc::FP8 || j.enc == Enc::MXFP4 || j.enc == Enc::MXFP8;
   const int64_t srb = scaled ? j.scales.row_bytes : 0;
   // a tiled tensor goes in whole tiles: a chunk of 16k rows is the same byte range in either layout
   const int64_t unit = T.tiled ? kTileRows : 1;
@@ -392,6 +449,13 @@ void run_job(const Job& j, const WeightSource& src, ArenaSink& sink, ThreadPool&
                 std::memset(d, 0, size_t(T.row_bytes));
                 if (src.read_mxfp4_row(key, srow, j.col0, T.cols, d, scale_buf.data() + i * srb)) continue;
               }
+              if (j.enc == Enc::MXFP8) {  // MXFP8 in the source: its bytes as they are
+                std::memset(d, 0, size_t(T.row_bytes));
+                if (src.read_mxfp8_row(key, srow, j.col0, T.cols, d, scale_buf.data() + i * srb)) {
+                  check_mxfp8_scales(d, T.cols, scale_buf.data() + i * srb);
+                  continue;
+                }
+              }
               if (j.enc == Enc::FP8) {  // FP8 per tensor in the source: its codes, the tensor scale per row
                 std::memset(d, 0, size_t(T.row_bytes));
                 float s = 0;
@@ -402,6 +466,7 @@ void run_job(const Job& j, const WeightSource& src, ArenaSink& sink, ThreadPool&
               }
               src.read_rows(key, srow, 1, j.col0, T.cols, row.data());
               encode_row(j.enc, row.data(), T.cols, d, T.row_bytes, scaled ? scale_buf.data() + i * srb : nullptr);
+              if (j.enc == Enc::MXFP8) check_mxfp8_scales(d, T.cols, scale_buf.data() + i * srb);
               if (j.enc == Enc::MXFP4)
                 for (int64_t b = 0; b < srb; ++b)
                   M3_CHECK(scale_buf[size_t(i * srb + b)] <= kMxfp4ArenaMaxScale,
@@ -436,24 +501,48 @@ std::pair<WeightKey, int64_t> gate_up_row(WeightRole gate, WeightRole up, int la
 
 }  // namespace
 
-std::string arena_requantization_note(const WeightBinding& b) {
-  // The arena's format by role (plan_prepared): attention projections row-scaled FP8, experts
-  // MXFP4, dense layers and lm_head BF16, router FP32 (or BF16 by option: the option's rounding is
-  // asked for, not counted here). A quantized weight goes in exactly when the arena's format holds
-  // its values: FP8 per-tensor as FP8 codes + row scales, MXFP4 as stored, MXFP8 and MXFP4 values
-  // (a 3- or 1-bit mantissa times a power of two) in BF16 or FP32, anything in FP32.
+namespace {
+bool attention_role(WeightRole r) {
+  return r == WeightRole::Wq || r == WeightRole::Wk || r == WeightRole::Wv || r == WeightRole::Wo ||
+         r == WeightRole::IndexWq || r == WeightRole::IndexWk;
+}
+}  // namespace
+
+PrepareOptions prepare_options_for(const WeightBinding& b, PrepareOptions opt) {
+  bool any = false, all = true;
+  for (const auto& w : b.weights)
+    if (attention_role(w.entry->role)) {
+      any = true;
+      all = all && w.quant == WeightQuant::Mxfp8;
+    }
+  if (any && all) opt.mxfp8_projections = true;
+  return opt;
+}
+
+PrepareOptions prepare_options_for(const std::string& model_dir, const ModelSpec& spec, PrepareOptions opt) {
+  SafetensorsSet files = SafetensorsSet::open(model_dir);
+  const WeightBinding b = bind_weights(build_checkpoint_table(spec, files, model_dir), files);
+  return prepare_options_for(b, opt);
+}
+
+std::string arena_requantization_note(const WeightBinding& b, const PrepareOptions& opt) {
+  // The arena's format by role (plan_prepared): attention projections row-scaled FP8 (MXFP8 under
+  // opt.mxfp8_projections), experts MXFP4, dense layers and lm_head BF16, router FP32 (or BF16 by
+  // option: the option's rounding is asked for, not counted here). A quantized weight goes in
+  // exactly when the arena's format holds its values: FP8 per-tensor as FP8 codes + row scales,
+  // MXFP8 projections and MXFP4 experts as stored, MXFP8 and MXFP4 values (a 3- or 1-bit mantissa
+  // times a power of two) in BF16 or FP32, anything in FP32.
   std::map<std::string, int64_t> twice;
   for (const auto& w : b.weights) {
     if (w.quant == WeightQuant::Float) continue;  // a float checkpoint's first rounding is the design
     const WeightRole r = w.entry->role;
-    const bool attn = r == WeightRole::Wq || r == WeightRole::Wk || r == WeightRole::Wv || r == WeightRole::Wo ||
-                      r == WeightRole::IndexWq || r == WeightRole::IndexWk;
+    const bool attn = attention_role(r);
     const bool expert = r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown ||
                         r == WeightRole::SharedGate || r == WeightRole::SharedUp || r == WeightRole::SharedDown;
     const bool bf16 = r == WeightRole::DenseGate || r == WeightRole::DenseUp || r == WeightRole::DenseDown ||
                       r == WeightRole::LmHead;
     bool exact = true;
-    if (attn) exact = w.quant == WeightQuant::Fp8Tensor;
+    if (attn) exact = opt.mxfp8_projections ? w.quant == WeightQuant::Mxfp8 : w.quant == WeightQuant::Fp8Tensor;
     else if (expert) exact = w.quant == WeightQuant::Mxfp4;
     else if (bf16) exact = w.quant != WeightQuant::Fp8Tensor;
     if (!exact)
@@ -463,10 +552,10 @@ std::string arena_requantization_note(const WeightBinding& b) {
   if (twice.empty()) return "";
   std::string what;
   for (const auto& [k, n] : twice) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", n, k);
-  return fmt::format("quantized weights rounded again into the GPU arena's formats (row-scaled FP8 projections, "
+  return fmt::format("quantized weights rounded again into the GPU arena's formats ({} projections, "
                      "MXFP4 experts, BF16 dense layers), which the GPU kernels read instead of the checkpoint's: {}; "
                      "this checkpoint runs there on numbers close to its own, not equal to them",
-                     what);
+                     opt.mxfp8_projections ? "MXFP8" : "row-scaled FP8", what);
 }
 
 void fill_prepared(const PreparedLayout& L, const WeightSource& src, ArenaSink& sink, ThreadPool& pool,
@@ -502,7 +591,8 @@ void fill_prepared(const PreparedLayout& L, const WeightSource& src, ArenaSink& 
     // fused q | k | v | iq | ik rows of this rank
     const int64_t qr = Y.q_rows, kr = Y.k_rows, vr = Y.v_rows, iqr = Y.iq_rows;
     const int64_t k0 = int64_t(L.kv_head0) * s.head_dim, iq0 = int64_t(L.kv_head0) * s.index_dim;
-    jobs.push_back(Job{P + "qkv", Enc::FP8, Y.qkv.codes, Y.qkv.scales, 0, [=](int, int64_t r) {
+    const Enc proj = Y.qkv.mx() ? Enc::MXFP8 : Enc::FP8;
+    jobs.push_back(Job{P + "qkv", proj, Y.qkv.codes, Y.qkv.scales, 0, [=](int, int64_t r) {
                          if (r < qr) return std::make_pair(WeightKey{WeightRole::Wq, l, -1}, rank * qr + r);
                          r -= qr;
                          if (r < kr) return std::make_pair(WeightKey{WeightRole::Wk, l, -1}, k0 + r);
@@ -513,7 +603,7 @@ void fill_prepared(const PreparedLayout& L, const WeightSource& src, ArenaSink& 
                          r -= iqr;
                          return std::make_pair(WeightKey{WeightRole::IndexWk, l, -1}, r);
                        }});
-    jobs.push_back(Job{P + "o", Enc::FP8, Y.o.codes, Y.o.scales, rank * qr, whole(WeightRole::Wo, l)});
+    jobs.push_back(Job{P + "o", proj, Y.o.codes, Y.o.scales, rank * qr, whole(WeightRole::Wo, l)});
     if (!Y.moe) {
       const int64_t I = L.dense_inter;
       jobs.push_back(Job{P + "dense gate_up", Enc::BF16, Y.dense_gate_up, {}, 0, [=](int, int64_t r) {
@@ -590,6 +680,11 @@ Mat dq_fp8(const ArenaReader& rd, const PFp8& q) {
   auto sb = fetch(rd, q.scales);
   Mat m(int(q.codes.rows), int(q.codes.cols));
   for (int64_t r = 0; r < q.codes.rows; ++r) {
+    if (q.mx()) {
+      dequantize_mxfp8_row(codes.data() + r * q.codes.row_bytes, sb.data() + r * q.scales.row_bytes, q.codes.cols,
+                           m.row(int(r)));
+      continue;
+    }
     float s;
     std::memcpy(&s, sb.data() + 4 * r, 4);
     dequantize_fp8_row(codes.data() + r * q.codes.row_bytes, s, q.codes.cols, m.row(int(r)));

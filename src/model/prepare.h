@@ -36,6 +36,9 @@ struct PrepareOptions {
   int tp_rank = 0, tp_size = 1;  // this rank's shard (tensor parallelism)
   bool router_bf16 = false;      // store the router weight BF16 (logits, sigmoid, bias stay fp32)
   bool fp8_tiled = true;         // FP8 projection codes in 16-row tiles (core/weight_tiles.h), else row-major
+  // attention projections MXFP8 (E4M3 codes + one E8M0 scale per 32 columns: the MXFP8 release's
+  // bytes as stored) instead of row-scaled FP8; prepare_options_for turns it on for such checkpoints
+  bool mxfp8_projections = false;
 };
 
 enum class PreparedFamily : uint8_t {
@@ -59,9 +62,16 @@ struct PTensor {
   bool empty() const { return bytes == 0; }
 };
 
-struct PFp8 {      // FP8 E4M3 codes [rows, row_bytes] (tiled or row-major) + fp32 scales [rows]
+// FP8 E4M3 codes [rows, row_bytes] (tiled or row-major) + fp32 scales [rows]; MXFP8 (opt.
+// mxfp8_projections): the scales E8M0 [rows][ceil(cols / 32)], byte j of a row scaling columns
+// 32j .. 32j + 31 by 2^(byte - 127), bytes kMxfp8ArenaMinScale .. kMxfp8ArenaMaxScale only.
+struct PFp8 {
   PTensor codes, scales;
+  bool mx() const { return scales.dtype == DType::E8M0; }
 };
+// The E8M0 block scales the GPU projection kernels multiply exactly (kernels/mma_params.h): a block
+// outside them is refused when filling the arena, unless all its codes are zero (then stored as 127).
+inline constexpr int kMxfp8ArenaMinScale = 4, kMxfp8ArenaMaxScale = 134;
 struct PMxfp4 {    // E2M1x2 codes [slots][rows][row_bytes] + E8M0 scales [slots][rows][cols/32]
   PTensor codes, scales;
 };
@@ -123,6 +133,14 @@ class WeightSource {
     (void)key, (void)row, (void)col0, (void)ncols, (void)codes, (void)scales;
     return false;
   }
+  // Row `row` of a tensor the source holds in MXFP8, columns [col0, col0 + ncols) exactly as stored:
+  // ncols E4M3 codes and ceil(ncols / 32) E8M0 scales. Only for col0 a multiple of 32; false when the
+  // source cannot (then the caller quantizes the fp32 row).
+  virtual bool read_mxfp8_row(const WeightKey& key, int64_t row, int64_t col0, int64_t ncols, uint8_t* codes,
+                              uint8_t* scales) const {
+    (void)key, (void)row, (void)col0, (void)ncols, (void)codes, (void)scales;
+    return false;
+  }
   // Row `row` of a tensor the source holds in FP8 E4M3 with one scale for the whole tensor: the
   // codes of columns [col0, col0 + ncols) as stored, and the scale. False when the source cannot.
   virtual bool read_fp8_row(const WeightKey& key, int64_t row, int64_t col0, int64_t ncols, uint8_t* codes,
@@ -137,13 +155,20 @@ std::unique_ptr<WeightSource> make_weight_source(const ModelWeights& w);
 // MXFP4 tensors are also handed out as stored (read_mxfp4_row), so the arena holds the file's bytes.
 std::unique_ptr<WeightSource> make_weight_source(const WeightBinding& b);
 
+// `opt` with mxfp8_projections on when every attention linear of the checkpoint (q, k, v, o,
+// index_q, index_k) is MXFP8: the arena then holds their codes and block scales as stored.
+PrepareOptions prepare_options_for(const WeightBinding& b, PrepareOptions opt);
+// The same for a checkpoint directory (its headers bound; no weight read).
+PrepareOptions prepare_options_for(const std::string& model_dir, const ModelSpec& spec, PrepareOptions opt);
+
 // What filling the arena from this checkpoint rounds a second time (quantized weights whose values
 // the arena's format for their role cannot hold), or "" when nothing: MXFP4 experts and FP8
 // per-tensor projections go in as stored (the latter with the tensor's scale on each row), MXFP8
-// and MXFP4 values into BF16 dense layers exactly; MXFP8 / MXFP4 projections, MXFP8 / FP8 experts
-// and FP8 per-tensor dense layers are rounded again. The GPU loader prints it: such a checkpoint then runs on
+// projections too under prepare_options_for's options, MXFP8 and MXFP4 values into BF16 dense
+// layers exactly; MXFP4 projections, MXFP8 / FP8 experts and FP8 per-tensor dense layers are
+// rounded again. The GPU loader prints it: such a checkpoint then runs on
 // numbers close to, not equal to, its own.
-std::string arena_requantization_note(const WeightBinding& b);
+std::string arena_requantization_note(const WeightBinding& b, const PrepareOptions& opt);
 
 // The largest E8M0 byte of an MXFP4 block scale the GPU expert kernels multiply exactly (2^1:
 // kernels/moe_mma.cuh); filling the arena refuses larger ones, naming the tensor and block.

@@ -26,10 +26,15 @@ std::vector<std::string> static_refusals(const PreparedLayout& L, const CacheFor
       r.push_back(fmt::format("layer {} {}: {}", l, tensor, what));
     };
     if (!Y.sparse || !Y.moe) bad("layer", fmt::format("not a sparse MoE layer (sparse {}, moe {})", Y.sparse, Y.moe));
-    if (Y.qkv.codes.dtype != DType::F8_E4M3 || Y.qkv.scales.dtype != DType::F32)
+    // MXFP8 projections (a checkpoint's block scales as stored) run natively only
+    for (auto [name, t] : {std::pair{"qkv", &Y.qkv}, std::pair{"o_proj", &Y.o}})
+      if (t->mx())
+        bad(name, "MXFP8 (E4M3 + E8M0 per 32 columns): mono's projection tasks read row-scaled FP8 only; native "
+                  "serves it");
+    if (!Y.qkv.mx() && (Y.qkv.codes.dtype != DType::F8_E4M3 || Y.qkv.scales.dtype != DType::F32))
       bad("qkv", fmt::format("{} with {} scales (FP8 E4M3 rows with fp32 row scales)", dtype_name(Y.qkv.codes.dtype),
                              dtype_name(Y.qkv.scales.dtype)));
-    if (Y.o.codes.dtype != DType::F8_E4M3 || Y.o.scales.dtype != DType::F32)
+    if (!Y.o.mx() && (Y.o.codes.dtype != DType::F8_E4M3 || Y.o.scales.dtype != DType::F32))
       bad("o_proj", fmt::format("{} with {} scales (FP8 E4M3 rows with fp32 row scales)", dtype_name(Y.o.codes.dtype),
                                 dtype_name(Y.o.scales.dtype)));
     if (!Y.moe) continue;

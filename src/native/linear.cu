@@ -232,6 +232,10 @@ void launch(const kernels::MmaLinearParams& p, cudaStream_t stream, const Launch
   if (p.wfmt == WeightFmt::FP8) {
     if (p.xfmt == ActFmt::BF16) launch_mma<WeightFmt::FP8, ActFmt::BF16>(p, stream, opt);
     else launch_mma<WeightFmt::FP8, ActFmt::F32>(p, stream, opt);
+  } else if (p.wfmt == WeightFmt::MXFP8) {
+    M3_CHECK(p.w_mx && !p.stream, "mma_linear: MXFP8 needs its block scales and the register walk");
+    if (p.xfmt == ActFmt::BF16) launch_mma<WeightFmt::MXFP8, ActFmt::BF16>(p, stream, opt);
+    else launch_mma<WeightFmt::MXFP8, ActFmt::F32>(p, stream, opt);
   } else {
     if (p.xfmt == ActFmt::BF16) launch_mma<WeightFmt::BF16, ActFmt::BF16>(p, stream, opt);
     else launch_mma<WeightFmt::BF16, ActFmt::F32>(p, stream, opt);
@@ -245,8 +249,22 @@ void mma_linear(const void* w, DType wdtype, const float* w_scale, int64_t ld_w,
 
 kernels::MmaLinearParams make_fp8_linear_params(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y,
                                                 MmaTiling tiling) {
-  kernels::MmaLinearParams p =
-      make_mma_linear_params(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, tiling);
+  const bool mx = w.mx != nullptr;
+  M3_CHECK(!mx || !w.scales, "mma_linear: MXFP8 weight [{} x {}] has block scales; row scales must be null", w.rows,
+           w.cols);
+  M3_CHECK(!mx || w.ld_mx >= (w.cols + 31) / 32, "mma_linear: MXFP8 weight [{} x {}] needs {} scale bytes a row (ld_mx {})",
+           w.rows, w.cols, (w.cols + 31) / 32, w.ld_mx);
+  if (mx) tiling.stream = 0;  // (the producer-warp walk reads FP8 row scales only)
+  // (MXFP8: the row-scale check is the block scales' one above; a non-null placeholder passes it)
+  static const float kNoRowScale = 1.f;
+  kernels::MmaLinearParams p = make_mma_linear_params(w.codes, DType::F8_E4M3, mx ? &kNoRowScale : w.scales, w.ld,
+                                                      w.rows, w.cols, x, M, y, ld_y, false, 0, 0, tiling);
+  if (mx) {
+    p.wfmt = WeightFmt::MXFP8;
+    p.w_scale = nullptr;
+    p.w_mx = w.mx;
+    p.ld_mx = w.ld_mx;
+  }
   if (w.tiled) {
     M3_CHECK(w.ld % kTileBlockBytes == 0, "mma_linear: tiled FP8 weight [{} x {}] needs ld % {} == 0 (ld {})", w.rows,
              w.cols, kTileBlockBytes, w.ld);
@@ -259,6 +277,7 @@ void linear_fp8(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_
                 LinearPath path) {
   if (path == LinearPath::Gemv) {
     M3_CHECK(!w.tiled, "gemv: FP8 weight [{} x {}] is tiled; the GEMV reads row-major weights only", w.rows, w.cols);
+    M3_CHECK(!w.mx, "gemv: FP8 weight [{} x {}] is MXFP8; the GEMV reads row-scaled FP8 only", w.rows, w.cols);
     gemv(w.codes, DType::F8_E4M3, w.scales, w.ld, w.rows, w.cols, x, M, y, ld_y, false, 0, 0, stream);
   } else {
     launch(make_fp8_linear_params(w, x, M, y, ld_y), stream);

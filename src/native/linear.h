@@ -23,12 +23,16 @@ namespace m3::native {
 // codes [rows][ld bytes] (ld % 16 == 0, zero past cols) + fp32 scales [rows]; tiled: the codes in
 // the prepared arena's 16-row tiles (core/weight_tiles.h: ld % 64 == 0, tiled_rows(rows) rows
 // stored), the same sums and bits as row-major.
+// MXFP8 (mx set, scales null): the codes scaled per 32 elements of a row by E8M0 bytes mx[row][ld_mx]
+// (2^(byte - 127), bytes 4 .. 134: kernels/mma_params.h), no row scale.
 struct Fp8Weight {
   const uint8_t* codes = nullptr;
   const float* scales = nullptr;
   int rows = 0, cols = 0;
   int64_t ld = 0;
   bool tiled = false;
+  const uint8_t* mx = nullptr;
+  int64_t ld_mx = 0;
 };
 struct DenseWeight {  // BF16 or F32 [rows][ld bytes] (ld % 16 == 0, zero past cols)
   const void* data = nullptr;
@@ -94,7 +98,7 @@ kernels::GemvParams make_gemv_params(const void* w, DType wdtype, const float* w
 kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, const float* w_scale, int64_t ld_w, int N,
                                                 int K, const ActIn& x, int M, float* y, int64_t ld_y, bool swiglu,
                                                 float alpha, float limit, MmaTiling tiling = {});
-// The FP8 projection (either layout of Fp8Weight) on the tensor-core kernel.
+// The FP8 or MXFP8 projection (either layout of Fp8Weight) on the tensor-core kernel.
 kernels::MmaLinearParams make_fp8_linear_params(const Fp8Weight& w, const ActIn& x, int M, float* y, int64_t ld_y,
                                                 MmaTiling tiling = {});
 void launch(const kernels::GemvParams& p, cudaStream_t stream, const LaunchOptions& opt = {});

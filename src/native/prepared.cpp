@@ -105,6 +105,9 @@ static Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
 }
 
 Fp8Weight arena_fp8_view(const uint8_t* base, const PFp8& m) {
+  if (m.mx())  // MXFP8: E8M0 block scales, no row scale
+    return Fp8Weight{base + m.codes.offset, nullptr, int(m.codes.rows), int(m.codes.cols), m.codes.row_bytes,
+                     m.codes.tiled, base + m.scales.offset, m.scales.row_bytes};
   return Fp8Weight{base + m.codes.offset, reinterpret_cast<const float*>(base + m.scales.offset), int(m.codes.rows),
                    int(m.codes.cols), m.codes.row_bytes, m.codes.tiled};
 }
@@ -166,10 +169,11 @@ std::unique_ptr<PreparedWeights> PreparedWeights::load(const std::filesystem::pa
   SafetensorsSet files = SafetensorsSet::open(dir);
   WeightTable table = build_checkpoint_table(spec, files, dir);
   WeightBinding bind = bind_weights(table, files);
-  if (const std::string note = arena_requantization_note(bind); !note.empty())
+  const PrepareOptions o = prepare_options_for(bind, opt);  // MXFP8 projections as stored
+  if (const std::string note = arena_requantization_note(bind, o); !note.empty())
     std::fprintf(stderr, "m3mono: note: %s: %s\n", dir.string().c_str(), note.c_str());
   auto src = make_weight_source(bind);
-  return create(spec, *src, opt, lo);
+  return create(spec, *src, o, lo);
 }
 
 PreparedWeights::~PreparedWeights() {

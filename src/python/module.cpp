@@ -154,7 +154,9 @@ class Layout {
     po.tp_size = tp_size;
     po.router_bf16 = router_dtype == "bfloat16";
     dir_ = model_dir;
-    layout_ = plan_prepared(load_model_spec(model_dir), po);
+    const ModelSpec spec = load_model_spec(model_dir);
+    po = prepare_options_for(model_dir, spec, po);  // as the GPU loader lays it out (MXFP8 projections)
+    layout_ = plan_prepared(spec, po);
     rank_spec_ = prepared_rank_spec(layout_, tp_rank, tp_size, "Layout");
   }
   const PreparedLayout& layout() const { return layout_; }

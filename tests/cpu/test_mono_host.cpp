@@ -199,6 +199,13 @@ TEST(MonoEligibility, StaticRefusalsNameTheirCause) {
   tp2.tp_size = 2;
   r = static_refusals(plan_prepared(spec, tp2), ok, first, spec.num_layers);
   EXPECT_TRUE(any_contains(r, "tensor parallelism: rank 0 of 2"));
+  PrepareOptions mx;  // an MXFP8 release's projections: native only, and only that is said of them
+  mx.mxfp8_projections = true;
+  r = static_refusals(plan_prepared(spec, mx), ok, first, spec.num_layers);
+  EXPECT_TRUE(any_contains(r, fmt::format("layer {} qkv: MXFP8", first)) &&
+              any_contains(r, fmt::format("layer {} o_proj: MXFP8", first)))
+      << (r.empty() ? "" : r[0]);
+  EXPECT_EQ(r.size(), size_t(2 * (spec.num_layers - first))) << r[0];
   PreparedLayout bad = L;
   bad.layers[size_t(first)].router.dtype = DType::F8_E4M3;
   bad.layers[size_t(first)].shared_in_slot = false;

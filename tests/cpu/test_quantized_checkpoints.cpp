@@ -380,22 +380,123 @@ TEST(QuantizedCheckpoint, AttnFp8AndMxfp4ArenaHoldsTheCheckpointExactly) {
   {
     SafetensorsSet files = SafetensorsSet::open(d.path);
     WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, d.path), files);
-    EXPECT_EQ(arena_requantization_note(bind), "");
+    EXPECT_EQ(arena_requantization_note(bind, prepare_options_for(bind, {})), "");
   }
   const PreparedLayout L = plan_prepared(spec);
   const std::vector<uint8_t> arena = fill_arena(spec, d.path, L);
   ModelWeights back = dequantize_prepared(L, host_arena_reader(arena));
   ModelWeights files_w = load_model_weights(d.path, spec);
   expect_same_weights(spec, back, files_w, "arena vs files");
-  // and an MXFP8 checkpoint is not held exactly: the note says so
+  // and an MXFP8 checkpoint's experts are not held exactly (MXFP4 arena experts): the note says so,
+  // and its projections only when the arena is asked for row-scaled FP8
   TempDir d8;
   write_tiny(d8.path, SyntheticFormat::Mxfp8, opt);
   SafetensorsSet f8 = SafetensorsSet::open(d8.path);
   WeightBinding b8 = bind_weights(build_checkpoint_table(spec, f8, d8.path), f8);
-  const std::string note = arena_requantization_note(b8);
-  EXPECT_TRUE(note.find("mxfp8 projections") != std::string::npos && note.find("mxfp8 experts") != std::string::npos &&
+  const std::string note = arena_requantization_note(b8, prepare_options_for(b8, {}));
+  EXPECT_TRUE(note.find("mxfp8 projections") == std::string::npos && note.find("mxfp8 experts") != std::string::npos &&
               note.find("dense / lm_head") == std::string::npos)
       << note;  // MXFP8 dense layers go into BF16 exactly
+  const std::string row_scaled = arena_requantization_note(b8, PrepareOptions{});
+  EXPECT_TRUE(row_scaled.find("mxfp8 projections") != std::string::npos) << row_scaled;
+}
+
+// MXFP8 (the official release): prepare_options_for asks for MXFP8 projections, and the arena then
+// holds every attention linear's codes and block scales as the file stores them (the fused q|k|v|
+// iq|ik rows and O, tiled codes untiled for the comparison), so those weights dequantize to exactly
+// what the CPU reference loads from the files. A block scale the GPU kernels cannot multiply
+// exactly is refused naming the tensor, row and block, unless the block's codes are all zero (then
+// it is stored as 127: the same zeros).
+TEST(QuantizedCheckpoint, Mxfp8ProjectionsEnterTheArenaAsStored) {
+  const ModelSpec spec = synthetic_preset("tiny");
+  SyntheticOptions opt;
+  TempDir d;
+  write_tiny(d.path, SyntheticFormat::Mxfp8, opt);
+  SCOPED_TRACE("seed " + std::to_string(opt.seed));
+  PrepareOptions po;
+  {
+    SafetensorsSet files = SafetensorsSet::open(d.path);
+    WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, d.path), files);
+    po = prepare_options_for(bind, {});
+  }
+  ASSERT_TRUE(po.mxfp8_projections);
+  EXPECT_TRUE(prepare_options_for(d.path.string(), spec, {}).mxfp8_projections);  // the directory overload
+  const PreparedLayout L = plan_prepared(spec, po);
+  ASSERT_TRUE(L.layers[0].qkv.mx() && L.layers[0].o.mx());
+  EXPECT_EQ(L.layers[0].qkv.scales.cols, (spec.hidden + 31) / 32);
+  const std::vector<uint8_t> arena = fill_arena(spec, d.path, L);
+  ModelWeights back = dequantize_prepared(L, host_arena_reader(arena));
+  ModelWeights files_w = load_model_weights(d.path, spec);
+  int compared = 0;
+  auto same = [&](const Mat& a, const Mat& b, const std::string& what) {
+    ASSERT_EQ(a.rows, b.rows) << what;
+    ASSERT_EQ(a.cols, b.cols) << what;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < a.data.size(); ++i)
+      if (std::memcmp(&a.data[i], &b.data[i], 4) != 0 && bad++ == 0) first = i;
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " values differ, first at " << first << ": " << a.data[first]
+                       << " vs " << b.data[first];
+    ++compared;
+  };
+  for (int l = 0; l < spec.num_layers; ++l) {
+    const LayerWeights &a = back.layers[size_t(l)], &b = files_w.layers[size_t(l)];
+    const std::string P = fmt::format("layer {} ", l);
+    same(a.wq, b.wq, P + "wq");
+    same(a.wk, b.wk, P + "wk");
+    same(a.wv, b.wv, P + "wv");
+    same(a.wo, b.wo, P + "wo");
+    if (spec.sparse(l)) {
+      same(a.wiq, b.wiq, P + "index wq");
+      same(a.wik, b.wik, P + "index wk");
+    }
+  }
+  EXPECT_GT(compared, 0);
+  // the bytes: layer 1's O codes (untiled) and block scales are the file's
+  {
+    SafetensorsSet files = SafetensorsSet::open(d.path);
+    const std::string wo = std::string(kPrefix) + "1.self_attn.o_proj";
+    const TensorView& codes = files.get(wo + ".weight");
+    const TensorView& scales = files.get(wo + ".weight_scale_inv");
+    const PFp8& O = L.layers[1].o;
+    std::vector<uint8_t> rows(size_t(O.codes.rows * O.codes.row_bytes));
+    untile_rows_to(arena.data() + O.codes.offset, O.codes.rows, O.codes.row_bytes, rows.data());
+    const int64_t K = O.codes.cols, B = O.scales.cols;
+    for (int64_t r = 0; r < O.codes.rows; ++r) {
+      ASSERT_EQ(std::memcmp(rows.data() + r * O.codes.row_bytes, codes.data + r * K, size_t(K)), 0) << "o row " << r;
+      ASSERT_EQ(std::memcmp(arena.data() + O.scales.offset + r * O.scales.row_bytes, scales.data + r * B, size_t(B)), 0)
+          << "o scales row " << r;
+    }
+  }
+  // a block scale outside 2^-123 .. 2^7 with nonzero codes: refused, named; with zero codes: 127
+  const std::string wq = std::string(kPrefix) + "2.self_attn.q_proj";
+  auto with_scale = [&](const char* name, uint8_t s, bool zero_codes) {
+    fs::path p = d.path / name;
+    SyntheticOptions o2 = opt;
+    o2.format = SyntheticFormat::Mxfp8;
+    write_synthetic_checkpoint(p, spec, o2);
+    rewrite_checkpoint(p, [&](const std::string& n, DType, std::vector<int64_t>& shape, std::vector<uint8_t>& b) {
+      if (n == wq + ".weight_scale_inv") b[size_t(3 * shape[1] + 1)] = s;  // row 3, block 1
+      if (n == wq + ".weight" && zero_codes) std::fill_n(b.begin() + 3 * shape[1] + 32, 32, uint8_t(0x80));  // -0
+      return true;
+    });
+    return p;
+  };
+  {
+    const fs::path p = with_scale("big", 140, false);
+    const std::string m = error_of([&] { fill_arena(spec, p, L); });
+    EXPECT_TRUE(m.find("layer 2 qkv") != std::string::npos && m.find("block 1") != std::string::npos &&
+                m.find("140") != std::string::npos)
+        << m;
+    const std::string m0 = error_of([&] { fill_arena(spec, with_scale("small", 2, false), L); });
+    EXPECT_TRUE(m0.find("block 1") != std::string::npos && m0.find(" 2 (2^-125)") != std::string::npos) << m0;
+  }
+  {
+    const fs::path p = with_scale("zero", 0, true);
+    const std::vector<uint8_t> a = fill_arena(spec, p, L);
+    EXPECT_EQ(a[L.layers[2].qkv.scales.offset + 3 * uint64_t(L.layers[2].qkv.scales.row_bytes) + 1], 127);
+    ModelWeights w = dequantize_prepared(L, host_arena_reader(a)), f = load_model_weights(p, spec);
+    same(w.layers[2].wq, f.layers[2].wq, "zero block");
+  }
 }
 
 TEST(QuantConfig, PatternsAndRules) {

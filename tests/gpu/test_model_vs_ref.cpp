@@ -267,8 +267,9 @@ TEST(GpuModel, TinyM3aVsReference) {
 // arena dequantized; and, bitwise, the arena against what the CPU reference loads from the files
 // where the arena holds the file's format as stored: the MXFP4 experts (both MXFP4 layouts) and,
 // for MXFP4-AttnFP8, every weight (its FP8 per-tensor attention goes in as codes + scale; BF16
-// attention, as in the mxfp4 layout, is rounded into the arena's row-scaled FP8 by design). MXFP8
-// is rounded again into the arena (no MXFP8 kernels yet): gate only.
+// attention, as in the mxfp4 layout, is rounded into the arena's row-scaled FP8 by design), and
+// for MXFP8 its attention linears (the arena's MXFP8 projections: codes and block scales as stored,
+// run by the MXFP8 tile of the tensor-core kernel; its MXFP8 experts are rounded into MXFP4).
 TEST(GpuModel, QuantizedReleasesVsReference) {
   const uint64_t seed = model_test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -283,14 +284,17 @@ TEST(GpuModel, QuantizedReleasesVsReference) {
     const auto dir = std::filesystem::temp_directory_path() / fmt::format("m3_gpu_quant_{}_{}", seed, int(f));
     write_synthetic_checkpoint(dir, spec, so);
     PreparedModel m = prepare_from_dir(dir);
-    if (f != SyntheticFormat::Mxfp8) {
+    {
       ModelWeights files = load_model_weights(dir, spec);
       size_t bad = 0, total = 0;
       for (const auto& e : build_weight_table(spec).entries) {
         const bool expert = e.role == WeightRole::ExpertGate || e.role == WeightRole::ExpertUp ||
                             e.role == WeightRole::ExpertDown || e.role == WeightRole::SharedGate ||
                             e.role == WeightRole::SharedUp || e.role == WeightRole::SharedDown;
+        const bool attn = e.role == WeightRole::Wq || e.role == WeightRole::Wk || e.role == WeightRole::Wv ||
+                          e.role == WeightRole::Wo || e.role == WeightRole::IndexWq || e.role == WeightRole::IndexWk;
         if (f == SyntheticFormat::Mxfp4 && !expert) continue;
+        if (f == SyntheticFormat::Mxfp8 && !attn) continue;
         size_t n = 1;
         for (auto d : e.shape) n *= size_t(d);
         const float* a = host_destination(m.deq, e);
@@ -298,6 +302,13 @@ TEST(GpuModel, QuantizedReleasesVsReference) {
         for (size_t i = 0; i < n; ++i, ++total) bad += std::memcmp(a + i, b + i, 4) != 0;
       }
       EXPECT_EQ(bad, 0u) << name << ": " << bad << " of " << total << " arena values differ from the checkpoint's";
+    }
+    if (f == SyntheticFormat::Mxfp8) {  // mono refuses MXFP8 projections, naming them (native serves them)
+      auto be = native::make_cuda_backend(m.pw, native::CudaBackendOptions{});
+      auto r = mono::create(be->model(), mono::MonoOptions{});
+      const auto* refusal = std::get_if<mono::Refusal>(&r);
+      EXPECT_TRUE(refusal && refusal->text().find("MXFP8") != std::string::npos)
+          << name << ": " << (refusal ? refusal->text() : std::string("mono accepted MXFP8 projections"));
     }
     model_vs_oracle(name.c_str(), m, 16 * 16 + 44, 32, seed);
     std::filesystem::remove_all(dir);

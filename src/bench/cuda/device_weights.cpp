@@ -47,7 +47,12 @@ void fill_prepared_random(uint8_t* base, const PreparedLayout& L, uint64_t seed,
     fill_tensor(base, m.codes, FillFormat::Fp8, 0, 0, ++k, s);
     // |e4m3| up to 448 times scales ~1/(448 sqrt(K)): outputs of order one
     const float sc = 1.0f / (448.0f * std::sqrt(float(std::max<int64_t>(1, m.codes.cols))));
-    fill_tensor(base, m.scales, FillFormat::F32, 0.5f * sc, 1.5f * sc, ++k, s);
+    if (m.mx()) {  // MXFP8: E8M0 block scales around the same magnitude (2^e / 2 .. 2^e * 2)
+      const float e = std::round(std::log2(sc)) + 127.f;
+      fill_tensor(base, m.scales, FillFormat::E8M0, e - 1, e + 1, ++k, s);
+    } else {
+      fill_tensor(base, m.scales, FillFormat::F32, 0.5f * sc, 1.5f * sc, ++k, s);
+    }
   };
   auto mx = [&](const PMxfp4& m) {
     fill_tensor(base, m.codes, FillFormat::Bytes, 0, 0, ++k, s);
