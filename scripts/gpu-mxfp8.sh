@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device call for the MXFP8 projections (issue 17), from the repository root on the GPU machine:
 #   scripts/gpu-mxfp8.sh DIR        (scripts/gpubin.sh pack DIR here, carried)
-# Runs the MXFP8 kernel test, the linear kernel's tests (the same kernel file) and the whole-model
+# Runs the MXFP8 tests: the projection kernel (and the linear kernel tests: the same file), the
+# expert kernels (GpuMoeMma, MXFP4 and MXFP8) and the whole-model
 # test of the quantized releases (TESTS overrides the filter), then the decode bench of one TP-4
 # rank (60 layers, 8K) with --weights fp8 and mxfp8, alternated twice in this one run, native path.
 # Full logs under $OUT; a table last.
@@ -14,7 +15,7 @@ export M3_TEST_DATA="$PWD/tests/data"
 [ -x "$DIR/m3mono" ] || scripts/gpubin.sh unpack "$DIR" >/dev/null
 export LD_LIBRARY_PATH="$(cd "$DIR/lib" && pwd):${LD_LIBRARY_PATH:-}"
 rows=()
-TESTS=${TESTS:-'GpuMxfp8Linear.*:GpuMmaLinear.*:GpuModel.QuantizedReleasesVsReference'}
+TESTS=${TESTS:-'GpuMxfp8Linear.*:GpuMmaLinear.*:GpuMoeMma.*:GpuModel.QuantizedReleasesVsReference'}
 timeout "${GPU_TEST_TIMEOUT:-330}" "$DIR/m3_tests_gpu" --gtest_filter="$TESTS" >"$OUT/tests.log" 2>&1
 rc=$?
 rows+=("tests ($TESTS) | exit $rc | $(grep -c '^\[       OK \]' "$OUT/tests.log") passed, $(grep -c '^\[  FAILED  \] [A-Za-z]' "$OUT/tests.log") failed")

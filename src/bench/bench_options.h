@@ -25,7 +25,7 @@ struct BenchOptions {
   int eager_reps = 3;                   // timed runs of a step a path cannot capture (native prefill)
   bool kv_bf16 = false, ik_bf16 = false, router_bf16 = false;
   bool fp8_rows = false;                // FP8 projection codes row-major instead of tiled (a side-by-side run)
-  std::string weights = "fp8";          // attention projections: fp8 (row-scaled) or mxfp8 (the MXFP8 release's)
+  std::string weights = "fp8";          // fp8 (row-scaled projections, MXFP4 experts) or mxfp8 (the MXFP8 release's)
   bool kernels = false;                 // cuda: per-kernel benches (FP8 GEMV, MXFP4 experts, cuBLASLt)
   std::vector<int> kernel_ms{1, 2, 4, 8, 16};  // --kernels: token counts
   std::vector<int> kernel_tps{1, 4};            // --kernels: tensor-parallel shards

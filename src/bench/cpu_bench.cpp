@@ -68,7 +68,7 @@ BenchReport run_cpu_bench(const BenchOptions& o) {
   PrepareOptions po;
   po.router_bf16 = o.router_bf16;
   po.fp8_tiled = !o.fp8_rows;
-  po.mxfp8_projections = o.weights == "mxfp8";
+  po.mxfp8_projections = po.mxfp8_experts = o.weights == "mxfp8";
   const PreparedLayout layout = plan_prepared(spec, po);
   // The reference holds fp32 weights: about 8x the prepared bytes. A smoke mode, not a simulator.
   M3_CHECK(layout.total_bytes <= (uint64_t(256) << 20),

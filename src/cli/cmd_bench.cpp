@@ -100,8 +100,9 @@ RunFn setup_bench(CLI::App& app) {
                "FP8 projection codes row-major instead of the arena's 16-row tiles (docs/formats.md; the same "
                "bits, for a side-by-side timing)");
   app.add_option("--weights", o.weights,
-                 "attention projections of the random weights: fp8 (E4M3 + a row scale, what BF16 and FP8 checkpoints "
-                 "load as) or mxfp8 (E4M3 + E8M0 per 32, what the MXFP8 release loads as; mono refuses it)")
+                 "formats of the random weights: fp8 (attention projections E4M3 + a row scale, experts MXFP4: what the "
+                 "BF16 and MXFP4 releases load as) or mxfp8 (projections and experts E4M3 + E8M0 per 32: what the MXFP8 "
+                 "release loads as; mono refuses it)")
       ->check(CLI::IsMember({"fp8", "mxfp8"}))
       ->capture_default_str();
   app.add_flag("--kernels", o.kernels, "cuda: per-kernel benches (FP8 GEMV, MXFP4 experts) vs plain reads and cuBLASLt");

@@ -87,7 +87,7 @@ int run_info(const InfoArgs& a) {
                                     s.index_topk * s.index_block).c_str());
   print_plan(s);
 
-  bool mxfp8_projections = false;  // the GPU arena's projection format for this checkpoint
+  bool mxfp8_projections = false, mxfp8_experts = false;  // the GPU arena's formats for this checkpoint
   if (!a.model.empty()) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -112,6 +112,7 @@ int run_info(const InfoArgs& a) {
                                       formats).c_str());
       const PrepareOptions arena = prepare_options_for(b, PrepareOptions{});
       mxfp8_projections = arena.mxfp8_projections;
+      mxfp8_experts = arena.mxfp8_experts;
       if (const std::string note = arena_requantization_note(b, arena); !note.empty())
         std::printf("%s\n", fmt::format("note: {}", note).c_str());
     }
@@ -123,6 +124,7 @@ int run_info(const InfoArgs& a) {
   fo.index_k_bytes = a.index_bf16 ? 2 : 1;
   fo.router_bf16 = a.router_bf16;
   fo.mxfp8_projections = mxfp8_projections;
+  fo.mxfp8_experts = mxfp8_experts;
   Footprint fp = compute_footprint(s, fo);
   std::printf("%s\n", fmt::format("parameters: total {}; active per token {} (+{} lm_head)", params(fp.total_params),
                                   params(fp.active_params), params(fp.lm_head_params)).c_str());
@@ -132,6 +134,7 @@ int run_info(const InfoArgs& a) {
     PrepareOptions po;
     po.tp_size = a.tp;
     po.mxfp8_projections = mxfp8_projections;
+    po.mxfp8_experts = mxfp8_experts;
     try {
       const PreparedLayout L = plan_prepared(s, po);
       std::printf("%s\n", fmt::format("  per rank: {} query heads, {} KV head(s){}", L.heads, L.kv_heads,

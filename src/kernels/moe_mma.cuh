@@ -49,6 +49,14 @@
 // depends on its activations, the expert's weights and (N, K, SMs): never on the number of pairs
 // of its entry, on M, on its column or token tile, on the tiling (RT, NT) or on the mode. No
 // atomics, no cross-CTA sums.
+// MXFP8 experts (p.fp8, MoeWideFp8Op; the MXFP8 release): E4M3 codes, one byte an element, rows of
+// ld >= round_up(K, 32) bytes, the same E8M0 scale per 32 elements. Lane t's 32 elements of block b
+// are then 32 bytes (two 16-byte loads a row: WBlk8); word j's elements 8j .. 8j + 7 are bytes
+// 8j .. 8j + 7, and a byte permute of its two 32-bit words puts elements {q, q + 4, q + 1, q + 5}
+// in one word, decoded exactly as kernels/mma_linear.cuh decodes E4M3 with the block scale folded
+// into the bf16 multiplier (2^(S - 7): exact for S in 4 .. 134; the arena refuses other scales).
+// The same steps, chains and order as MXFP4, so the same contract. Wide register walk only (any M;
+// the staged ring and the deep walk read MXFP4 tiles).
 // Two ways to walk the same chains:
 //   wide (decode): CTA = (row tile of 16*RT rows, entry), P warps = the P chains in parallel, the
 //     entry's pairs in token tiles of 8*NT one after another; chain sums meet in shared memory.
@@ -61,6 +69,7 @@
 //     CTA in a shared-memory ring (moe_mma_deep_work).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/bulk_copy.cuh"
 #include "kernels/cp_async.cuh"
@@ -110,6 +119,37 @@ __device__ __forceinline__ void frag(const WBlk& r, int s, uint32_t (&a)[4]) {
   a[1] = e2m1_pair<0>(w1, r.m[1]);
   a[2] = e2m1_pair<1>(w0, r.m[0]);
   a[3] = e2m1_pair<1>(w1, r.m[1]);
+}
+
+// MXFP8 (see the header): one row tile's run of one block for this lane, 32 bytes of rows g (h = 0)
+// and g + 8 (h = 1), and the rows' bf16x2 multipliers {2^(S-7), 2^(S-7)} (mma::mx_mul).
+struct WBlk8 {
+  uint4 v[2][2];
+  uint32_t m[2];
+};
+
+// The A fragment of step s of an MXFP8 run: word j = s / 2 is bytes 8j .. 8j + 7, i.e. 32-bit words
+// 2 (j % 2) and 2 (j % 2) + 1 of uint4 j / 2; elements {q, q + 4} -> a[h], {q + 1, q + 5} -> a[h + 2].
+__device__ __forceinline__ void frag(const WBlk8& r, int s, uint32_t (&a)[4]) {
+  const int j = s >> 1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4& v = r.v[h][j >> 1];
+    const uint32_t w0 = (j & 1) ? v.z : v.x, w1 = (j & 1) ? v.w : v.y;
+    mma::e4m3x4_to_bf16x2(__byte_perm(w0, w1, (s & 1) ? 0x7362 : 0x5140), a[h], a[h + 2], r.m[h]);
+  }
+}
+
+// Chunk c of rows crow[h] (scales srow[h]); zero codes where ok[h] is false.
+__device__ __forceinline__ void load_wblk(WBlk8& r, const uint8_t* const (&crow)[2], const uint8_t* const (&srow)[2],
+                                          const bool (&ok)[2], int c) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* q = crow[h] + int64_t(c) * 32;
+    r.v[h][0] = ok[h] ? wstream::ld_stream(q) : make_uint4(0, 0, 0, 0);
+    r.v[h][1] = ok[h] ? wstream::ld_stream(q + 16) : make_uint4(0, 0, 0, 0);
+    r.m[h] = mma::mx_mul(ok[h] ? uint32_t(__ldg(srow[h] + c)) : 127u);
+  }
 }
 
 // Chunk c of rows crow[h] (scales srow[h]); zero codes where ok[h] is false.
@@ -192,8 +232,8 @@ __device__ __forceinline__ void store_split(uint16_t* row, int j, float v) {
 // One block's 8 steps (hi MMA then lo MMA) from +0 into blk, added to chain. act(nt, j, hi, lo):
 // token tile nt's split group j of the lane's run (element k = kc + 8j, kc = 128b + 32t) as
 // act_group<FULL> gives it (zero for padding tokens and, FULL false, past K).
-template <int RT, int NT, class Act>
-__device__ __forceinline__ void block_mma_with(const WBlk (&wr)[RT], Act act, float (&chain)[RT][NT][4]) {
+template <int RT, int NT, class Act, class B = WBlk>
+__device__ __forceinline__ void block_mma_with(const B (&wr)[RT], Act act, float (&chain)[RT][NT][4]) {
   float blk[RT][NT][4];
   mma::zero<RT, NT>(blk);
   if constexpr (NT == 1) {  // decode: the token's whole run first (8 loads in flight), then the steps
@@ -240,8 +280,8 @@ __device__ __forceinline__ void block_mma_with(const WBlk (&wr)[RT], Act act, fl
 }
 
 // block_mma_with, the activations read from global memory (rows xr[nt], tok[nt]: a real pair).
-template <int RT, int NT, bool FULL>
-__device__ __forceinline__ void block_mma(const WBlk (&wr)[RT], const uint16_t* const (&xr)[NT], const bool (&tok)[NT],
+template <int RT, int NT, bool FULL, class B>
+__device__ __forceinline__ void block_mma(const B (&wr)[RT], const uint16_t* const (&xr)[NT], const bool (&tok)[NT],
                                           int kc, int K, float (&chain)[RT][NT][4]) {
   block_mma_with<RT, NT>(
       wr, [&](int nt, int j, uint4& hi, uint4& lo) { act_group<FULL>(xr[nt], tok[nt], kc + 8 * j, K, hi, lo); }, chain);
@@ -258,7 +298,7 @@ constexpr int blocks_in_flight() {
 
 // One chain: blocks [blo, bhi) of rows n0 .. n0 + 16*RT - 1 of one slot (codes, scales) for the
 // tokens xr[nt] (tok[nt]: a real pair); chain = +0 + block sum + ... (the header's order).
-template <int RT, int NT, int U = blocks_in_flight<RT, NT>()>
+template <int RT, int NT, int U = blocks_in_flight<RT, NT>(), class B = WBlk>
 __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* codes, const uint8_t* scales, int n0,
                                           const uint16_t* const (&xr)[NT], const bool (&tok)[NT], int blo, int bhi,
                                           int lane, float (&chain)[RT][NT][4]) {
@@ -272,7 +312,7 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
   mma::zero<RT, NT>(chain);
 
   // blocks b .. b + U - 1 (those before bhi) into wr
-  auto load_group = [&](WBlk(&wr)[U][RT], int b) {
+  auto load_group = [&](B(&wr)[U][RT], int b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = 4 * (b + u) + t;
@@ -285,7 +325,7 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
     }
   };
   // their MMAs, in block order
-  auto mma_group = [&](const WBlk(&wr)[U][RT], int b) {
+  auto mma_group = [&](const B(&wr)[U][RT], int b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (b + u >= bhi) break;  // warp-uniform
@@ -296,7 +336,7 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
   };
   // two groups in registers, the next group's loads in flight during this group's MMAs
   static_assert(NT == 1, "the wide walk runs one token tile");
-  WBlk wa[U][RT], wb[U][RT];
+  B wa[U][RT], wb[U][RT];
   load_group(wa, blo);
   for (int b = blo; b < bhi; b += 2 * U) {
     if (b + U < bhi) load_group(wb, b + U);
@@ -435,10 +475,11 @@ __device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int e
 // must call it with the same tile_n and entry).
 // S > 0 (NT == 1 only): the staged chain with S stages per warp; `ring` then holds
 // P * moe_wide_ring_bytes(RT, S) bytes (16-byte aligned), warp w's ring at w * that.
-template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>(), int S = 0>
+template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>(), int S = 0, class B = moe_mma::WBlk>
 __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, Group g, float* smem,
                                                   uint8_t* ring = nullptr) {
   static_assert(S == 0 || NT == 1, "the staged chain is for one token tile");
+  static_assert(S == 0 || std::is_same_v<B, moe_mma::WBlk>, "the staged ring holds MXFP4 runs");
   if (entry >= *p.num_entries) return;  // uniform over the group
   const int lane = g.lane(), warp = g.warp(), P = p.chains;
   const int gl = lane >> 2;
@@ -459,8 +500,8 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
                                          mma::chain_begin(warp + 1, blocks, P), lane,
                                          ring + warp * moe_wide_ring_bytes(RT, S), chain);
       else
-        moe_mma::chain_sum<RT, NT, U>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
-                                      mma::chain_begin(warp + 1, blocks, P), lane, chain);
+        moe_mma::chain_sum<RT, NT, U, B>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
+                                         mma::chain_begin(warp + 1, blocks, P), lane, chain);
       mma::store_partials<RT, NT>(chain, warp, lane, smem);
     }
     g.sync();
@@ -794,6 +835,18 @@ struct MoeWideOp : OpBounds<32 * kMoeMaxChains> {
   // The same item from its staged tile (moe_stage_tile); the same bits.
   __device__ static void run_staged(const Params& p, int64_t w, Group g, uint8_t* smem, const uint8_t* tile) {
     moe_mma_staged_item(p, w, g, smem, tile);
+  }
+};
+
+// Wide over MXFP8 experts (p.fp8): the register pipeline, one block per group (a run is 32 bytes a
+// row); the same blocks, chains and bits as any walk of the same values.
+struct MoeWideFp8Op : OpBounds<32 * kMoeMaxChains> {
+  using Params = MoeMmaParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    const int tiles = moe_row_tiles(p);
+    const int entry = p.max_entries - 1 - int(w / tiles);
+    moe_mma_wide_work<kMoeWideRT, kMoeWideNT, 1, 0, moe_mma::WBlk8>(p, int(w % tiles), entry, g,
+                                                                   reinterpret_cast<float*>(smem));
   }
 };
 

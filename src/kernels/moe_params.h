@@ -43,6 +43,9 @@ struct MoeMmaParams {
   int deep = 0;
   int stages = 0;
   int workers = 0;
+  // MXFP8 experts (moe_mma.cuh, MoeWideFp8Op): E4M3 codes, one byte an element (ld >= round_up(K,
+  // 32)), the same E8M0 scales (4 .. 134 only); the wide register walk (deep 0, stages 0)
+  int fp8 = 0;
 };
 
 // Tilings (any gives the same bits, moe_mma.cuh): wide 32 rows x 8 pairs per item and P warps;
@@ -96,7 +99,7 @@ M3_HOST_DEVICE constexpr int moe_staged_tile_offset(int chains) {
 // copy reaches past a slot's rows) and 16-byte aligned code rows, slots and scale blocks.
 inline bool moe_can_stage(const MoeMmaParams& p) {
   auto a16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  return !p.deep && p.N % (16 * kMoeWideRT) == 0 && p.ld % 16 == 0 && p.slot_codes % 16 == 0 &&
+  return !p.deep && !p.fp8 && p.N % (16 * kMoeWideRT) == 0 && p.ld % 16 == 0 && p.slot_codes % 16 == 0 &&
          p.slot_scales % 16 == 0 && a16(p.codes) && a16(p.scales);
 }
 

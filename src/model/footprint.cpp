@@ -37,9 +37,9 @@ Class classify(WeightRole r, const FootprintOptions& o) {
     case WeightRole::Wo:
       return {"attention o projection", o.mxfp8_projections ? WeightFormat::MXFP8 : WeightFormat::FP8RowScaled};
     case WeightRole::ExpertGate: case WeightRole::ExpertUp: case WeightRole::ExpertDown:
-      return {"routed experts", WeightFormat::MXFP4};
+      return {"routed experts", o.mxfp8_experts ? WeightFormat::MXFP8 : WeightFormat::MXFP4};
     case WeightRole::SharedGate: case WeightRole::SharedUp: case WeightRole::SharedDown:
-      return {"shared expert", WeightFormat::MXFP4};
+      return {"shared expert", o.mxfp8_experts ? WeightFormat::MXFP8 : WeightFormat::MXFP4};
     case WeightRole::Router:
       return {"router", o.router_bf16 ? WeightFormat::BF16 : WeightFormat::F32};
     case WeightRole::RouterBias:

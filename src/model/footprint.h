@@ -28,6 +28,7 @@ struct FootprintOptions {
   int kv_bytes = 1;           // bytes per K/V cache element (1 = FP8 E4M3, 2 = BF16)
   int index_k_bytes = 1;      // bytes per index-K cache element (1 = FP8, 2 = BF16)
   bool mxfp8_projections = false;  // attention projections MXFP8 (PrepareOptions::mxfp8_projections)
+  bool mxfp8_experts = false;      // routed and shared experts MXFP8 (PrepareOptions::mxfp8_experts)
 };
 
 struct FootprintItem {

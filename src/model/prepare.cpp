@@ -83,9 +83,13 @@ struct Planner {
       m.scales = add(f, DType::F32, rows, 1, 4);  // scale rows are not padded
     return m;
   }
+  bool mxfp8_experts = false;
   PMxfp4 mxfp4(PreparedFamily f, int slots, int64_t rows, int64_t cols) {
     PMxfp4 m;
-    m.codes = add(f, DType::E2M1x2, rows, cols, mxfp4_row_bytes(cols), slots);
+    if (mxfp8_experts)  // one byte an element, whole 32-element blocks (kernels/moe_mma.cuh)
+      m.codes = add(f, DType::F8_E4M3, rows, cols, int64_t(round_up(uint64_t(cols), 32)), slots);
+    else
+      m.codes = add(f, DType::E2M1x2, rows, cols, mxfp4_row_bytes(cols), slots);
     m.scales = add(f, DType::E8M0, rows, mxfp4_row_blocks(cols), mxfp4_row_blocks(cols), slots);
     return m;
   }
@@ -139,6 +143,7 @@ PreparedLayout plan_prepared(const ModelSpec& spec, const PrepareOptions& opt) {
   Planner P;
   P.fp8_tiled = opt.fp8_tiled;
   P.mxfp8 = opt.mxfp8_projections;
+  P.mxfp8_experts = opt.mxfp8_experts;
   // MXFP8 projections: a rank's O columns start on a 32-column block, so its blocks are the file's
   M3_CHECK(!opt.mxfp8_projections || tp == 1 || (int64_t(L.heads) * spec.head_dim) % 32 == 0,
            "prepare: MXFP8 projections at {} ranks: {} O columns per rank is not a multiple of the MXFP8 block (32)",
@@ -506,16 +511,25 @@ bool attention_role(WeightRole r) {
   return r == WeightRole::Wq || r == WeightRole::Wk || r == WeightRole::Wv || r == WeightRole::Wo ||
          r == WeightRole::IndexWq || r == WeightRole::IndexWk;
 }
+bool expert_role(WeightRole r) {
+  return r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown ||
+         r == WeightRole::SharedGate || r == WeightRole::SharedUp || r == WeightRole::SharedDown;
+}
 }  // namespace
 
 PrepareOptions prepare_options_for(const WeightBinding& b, PrepareOptions opt) {
-  bool any = false, all = true;
-  for (const auto& w : b.weights)
-    if (attention_role(w.entry->role)) {
-      any = true;
-      all = all && w.quant == WeightQuant::Mxfp8;
-    }
-  if (any && all) opt.mxfp8_projections = true;
+  // whether every weight of the roles `of` picks is MXFP8 (and there is one)
+  auto all_mxfp8 = [&](bool (*of)(WeightRole)) {
+    bool any = false, all = true;
+    for (const auto& w : b.weights)
+      if (of(w.entry->role)) {
+        any = true;
+        all = all && w.quant == WeightQuant::Mxfp8;
+      }
+    return any && all;
+  };
+  if (all_mxfp8(attention_role)) opt.mxfp8_projections = true;
+  if (all_mxfp8(expert_role)) opt.mxfp8_experts = true;
   return opt;
 }
 
@@ -537,13 +551,12 @@ std::string arena_requantization_note(const WeightBinding& b, const PrepareOptio
     if (w.quant == WeightQuant::Float) continue;  // a float checkpoint's first rounding is the design
     const WeightRole r = w.entry->role;
     const bool attn = attention_role(r);
-    const bool expert = r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown ||
-                        r == WeightRole::SharedGate || r == WeightRole::SharedUp || r == WeightRole::SharedDown;
+    const bool expert = expert_role(r);
     const bool bf16 = r == WeightRole::DenseGate || r == WeightRole::DenseUp || r == WeightRole::DenseDown ||
                       r == WeightRole::LmHead;
     bool exact = true;
     if (attn) exact = opt.mxfp8_projections ? w.quant == WeightQuant::Mxfp8 : w.quant == WeightQuant::Fp8Tensor;
-    else if (expert) exact = w.quant == WeightQuant::Mxfp4;
+    else if (expert) exact = opt.mxfp8_experts ? w.quant == WeightQuant::Mxfp8 : w.quant == WeightQuant::Mxfp4;
     else if (bf16) exact = w.quant != WeightQuant::Fp8Tensor;
     if (!exact)
       ++twice[fmt::format("{} {}", weight_quant_name(w.quant),
@@ -553,9 +566,9 @@ std::string arena_requantization_note(const WeightBinding& b, const PrepareOptio
   std::string what;
   for (const auto& [k, n] : twice) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", n, k);
   return fmt::format("quantized weights rounded again into the GPU arena's formats ({} projections, "
-                     "MXFP4 experts, BF16 dense layers), which the GPU kernels read instead of the checkpoint's: {}; "
+                     "{} experts, BF16 dense layers), which the GPU kernels read instead of the checkpoint's: {}; "
                      "this checkpoint runs there on numbers close to its own, not equal to them",
-                     opt.mxfp8_projections ? "MXFP8" : "row-scaled FP8", what);
+                     opt.mxfp8_projections ? "MXFP8" : "row-scaled FP8", opt.mxfp8_experts ? "MXFP8" : "MXFP4", what);
 }
 
 void fill_prepared(const PreparedLayout& L, const WeightSource& src, ArenaSink& sink, ThreadPool& pool,
@@ -617,20 +630,21 @@ void fill_prepared(const PreparedLayout& L, const WeightSource& src, ArenaSink& 
     jobs.push_back(Job{P + "router_bias", Enc::F32, Y.router_bias, {}, 0, whole(WeightRole::RouterBias, l)});
     const int E = s.num_experts;
     const int64_t I = L.moe_inter, S = L.shared_inter;
-    jobs.push_back(Job{P + "experts w13", Enc::MXFP4, Y.w13.codes, Y.w13.scales, 0, [=](int slot, int64_t r) {
+    const Enc ex = Y.w13.fp8() ? Enc::MXFP8 : Enc::MXFP4;
+    jobs.push_back(Job{P + "experts w13", ex, Y.w13.codes, Y.w13.scales, 0, [=](int slot, int64_t r) {
                          if (slot == E) return gate_up_row(WeightRole::SharedGate, WeightRole::SharedUp, l, -1, rank * S, r);
                          return gate_up_row(WeightRole::ExpertGate, WeightRole::ExpertUp, l, slot, rank * I, r);
                        }});
     // w2 columns: this rank's slice of the (routed and, in slot E, shared: equal width) expert width
-    jobs.push_back(Job{P + "experts w2", Enc::MXFP4, Y.w2.codes, Y.w2.scales, rank * I, [=](int slot, int64_t r) {
+    jobs.push_back(Job{P + "experts w2", ex, Y.w2.codes, Y.w2.scales, rank * I, [=](int slot, int64_t r) {
                          if (slot == E) return std::make_pair(WeightKey{WeightRole::SharedDown, l, -1}, r);
                          return std::make_pair(WeightKey{WeightRole::ExpertDown, l, slot}, r);
                        }});
     if (!Y.shared_w13.codes.empty()) {
-      jobs.push_back(Job{P + "shared w13", Enc::MXFP4, Y.shared_w13.codes, Y.shared_w13.scales, 0, [=](int, int64_t r) {
+      jobs.push_back(Job{P + "shared w13", ex, Y.shared_w13.codes, Y.shared_w13.scales, 0, [=](int, int64_t r) {
                            return gate_up_row(WeightRole::SharedGate, WeightRole::SharedUp, l, -1, rank * S, r);
                          }});
-      jobs.push_back(Job{P + "shared w2", Enc::MXFP4, Y.shared_w2.codes, Y.shared_w2.scales, rank * S,
+      jobs.push_back(Job{P + "shared w2", ex, Y.shared_w2.codes, Y.shared_w2.scales, rank * S,
                          whole(WeightRole::SharedDown, l)});
     }
   }
@@ -697,8 +711,9 @@ Mat dq_mxfp4(const ArenaReader& rd, const PMxfp4& q, int slot) {
   auto sb = fetch(rd, q.scales, slot);
   Mat m(int(q.codes.rows), int(q.codes.cols));
   for (int64_t r = 0; r < q.codes.rows; ++r)
-    dequantize_mxfp4_row(codes.data() + r * q.codes.row_bytes, sb.data() + r * q.scales.row_bytes, q.codes.cols,
-                         m.row(int(r)));
+    (q.fp8() ? dequantize_mxfp8_row : dequantize_mxfp4_row)(codes.data() + r * q.codes.row_bytes,
+                                                             sb.data() + r * q.scales.row_bytes, q.codes.cols,
+                                                             m.row(int(r)));
   return m;
 }
 

@@ -39,6 +39,9 @@ struct PrepareOptions {
   // attention projections MXFP8 (E4M3 codes + one E8M0 scale per 32 columns: the MXFP8 release's
   // bytes as stored) instead of row-scaled FP8; prepare_options_for turns it on for such checkpoints
   bool mxfp8_projections = false;
+  // routed and shared experts MXFP8 (E4M3 codes, one byte an element, + E8M0 per 32) instead of
+  // MXFP4: the MXFP8 release's expert bytes as stored (twice MXFP4's; mono refuses them)
+  bool mxfp8_experts = false;
 };
 
 enum class PreparedFamily : uint8_t {
@@ -72,8 +75,11 @@ struct PFp8 {
 // The E8M0 block scales the GPU projection kernels multiply exactly (kernels/mma_params.h): a block
 // outside them is refused when filling the arena, unless all its codes are zero (then stored as 127).
 inline constexpr int kMxfp8ArenaMinScale = 4, kMxfp8ArenaMaxScale = 134;
-struct PMxfp4 {    // E2M1x2 codes [slots][rows][row_bytes] + E8M0 scales [slots][rows][cols/32]
+// E2M1x2 codes [slots][rows][row_bytes] + E8M0 scales [slots][rows][cols/32]; MXFP8 experts
+// (opt.mxfp8_experts): E4M3 codes, row_bytes = round_up(cols, 32), the same scales.
+struct PMxfp4 {
   PTensor codes, scales;
+  bool fp8() const { return codes.dtype == DType::F8_E4M3; }
 };
 
 struct PreparedLayerLayout {
@@ -156,7 +162,8 @@ std::unique_ptr<WeightSource> make_weight_source(const ModelWeights& w);
 std::unique_ptr<WeightSource> make_weight_source(const WeightBinding& b);
 
 // `opt` with mxfp8_projections on when every attention linear of the checkpoint (q, k, v, o,
-// index_q, index_k) is MXFP8: the arena then holds their codes and block scales as stored.
+// index_q, index_k) is MXFP8, and mxfp8_experts when every routed and shared expert linear is: the
+// arena then holds their codes and block scales as stored.
 PrepareOptions prepare_options_for(const WeightBinding& b, PrepareOptions opt);
 // The same for a checkpoint directory (its headers bound; no weight read).
 PrepareOptions prepare_options_for(const std::string& model_dir, const ModelSpec& spec, PrepareOptions opt);

@@ -41,7 +41,9 @@ std::vector<std::string> static_refusals(const PreparedLayout& L, const CacheFor
     if (Y.router.dtype != DType::F32 && Y.router.dtype != DType::BF16)
       bad("router", fmt::format("{} (F32 or BF16)", dtype_name(Y.router.dtype)));
     for (auto [name, t] : {std::pair{"w13", &Y.w13}, std::pair{"w2", &Y.w2}})
-      if (t->codes.dtype != DType::E2M1x2 || t->scales.dtype != DType::E8M0)
+      if (t->fp8())
+        bad(name, "MXFP8 experts (E4M3 + E8M0 per 32): the mono kernel walks MXFP4 experts; native serves them");
+      else if (t->codes.dtype != DType::E2M1x2 || t->scales.dtype != DType::E8M0)
         bad(name, fmt::format("{} with {} scales (MXFP4: E2M1 pairs, E8M0 per 32)", dtype_name(t->codes.dtype),
                               dtype_name(t->scales.dtype)));
     if (!Y.shared_in_slot)

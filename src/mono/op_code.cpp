@@ -81,6 +81,7 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
     case OpKind::MoeMma: {
       const auto& p = std::get<kernels::MoeMmaParams>(op.params);
       if (p.deep) return no("the deep (prefill) expert walk");
+      if (p.fp8) return no("MXFP8 experts (the mono kernel walks MXFP4 experts)");
       if (p.stages == 3) return OpCode::MoeWideStaged3;
       if (p.stages == 0) return OpCode::MoeWideRegs;
       return no(fmt::format("{} stages", p.stages));

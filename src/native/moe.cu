@@ -67,10 +67,11 @@ Layout layout(const MoeWeights& w, int M) {
 }
 
 void check_experts(const Mxfp4Experts& e, int rows, int cols, const char* what) {
-  M3_CHECK(e.codes && e.scales && e.rows == rows && e.cols == cols && e.ld >= (cols + 31) / 32 * 16 &&
+  // a row's whole 32-element blocks: 16 bytes each in MXFP4, 32 in MXFP8
+  M3_CHECK(e.codes && e.scales && e.rows == rows && e.cols == cols && e.ld >= (cols + 31) / 32 * (e.fp8 ? 32 : 16) &&
                e.ld % 16 == 0 && e.sld >= (cols + 31) / 32 && reinterpret_cast<uintptr_t>(e.codes) % 16 == 0,
-           "moe: {} experts [{} x {}] (ld {}, sld {}) do not match [{} x {}]", what, e.rows, e.cols, e.ld, e.sld, rows,
-           cols);
+           "moe: {} {} experts [{} x {}] (ld {}, sld {}) do not match [{} x {}]", what, e.fp8 ? "MXFP8" : "MXFP4",
+           e.rows, e.cols, e.ld, e.sld, rows, cols);
 }
 
 std::atomic<int> g_kernel{-1};  // MoeKernel, -1: not read from the environment yet
@@ -133,8 +134,10 @@ kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, con
   p.ld_ys = ld_ys;
   p.chains = kernels::moe_mma_chains(p.N, p.K, device_sm_count());
   p.max_entries = entries;
+  p.fp8 = e.fp8 ? 1 : 0;
+  deep = deep && !e.fp8;  // MXFP8 experts: the wide register walk at any token count
   p.deep = deep ? 1 : 0;
-  p.stages = !deep && tokens > 1 && stageable(p) ? kWideStages : 0;
+  p.stages = !deep && !e.fp8 && tokens > 1 && stageable(p) ? kWideStages : 0;
   p.workers = deep ? device_sm_count() : 0;  // one resident wave of one CTA per SM
   return p;
 }
@@ -142,6 +145,7 @@ kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, con
 kernels::MoeGemvParams gemv_params(const Mxfp4Experts& e, const int32_t* slot, const int32_t* begin,
                                    const int32_t* num, const int32_t* pair_row, const void* x, int64_t ld_x, float* y,
                                    int64_t ld_y, bool swiglu, const MoeWeights& w, int entries, int max_tokens) {
+  M3_CHECK(!e.fp8, "moe: the CUDA-core expert GEMV (M3_MOE_GEMV=1) reads MXFP4 experts; these are MXFP8");
   auto p = expert_params<kernels::MoeGemvParams>(e, slot, begin, num, pair_row, y, ld_y, swiglu, w);
   p.groups = kernels::moe_gemv_groups(e.rows);
   p.x = x;
@@ -287,6 +291,11 @@ void launch(const kernels::MoeSplitParams& p, cudaStream_t stream, const LaunchO
 
 void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOptions& opt) {
   const kernels::WorkShape sh = kernels::moe_mma_shape(p);
+  if (p.fp8) {
+    M3_CHECK(!p.deep && p.stages == 0, "moe_mma: MXFP8 experts run the wide register walk (deep {}, stages {})", p.deep,
+             p.stages);
+    return launch_op<kernels::MoeWideFp8Op>(p, sh, stream, "moe_mma", opt);
+  }
   if (p.deep) {
     // the deep walk's ring is filled by 16-byte cp.async of code rows and activation groups
     auto a16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };

@@ -13,12 +13,15 @@
 
 namespace m3::native {
 
-struct Mxfp4Experts {  // codes [slots][rows][ld] E2M1x2, scales [slots][rows][sld] E8M0
+// codes [slots][rows][ld] E2M1x2 (fp8: E4M3, the MXFP8 release's experts), scales [slots][rows][sld]
+// E8M0 (one per 32 elements of a row)
+struct Mxfp4Experts {
   const uint8_t* codes = nullptr;
   const uint8_t* scales = nullptr;
   int64_t ld = 0, sld = 0;
   int64_t slot_codes = 0, slot_scales = 0;  // bytes per slot
   int slots = 0, rows = 0, cols = 0;
+  bool fp8 = false;
   bool empty() const { return codes == nullptr; }
 };
 

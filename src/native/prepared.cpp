@@ -96,6 +96,7 @@ static Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
   e.scales = base + m.scales.offset;
   e.ld = m.codes.row_bytes;
   e.sld = m.scales.row_bytes;
+  e.fp8 = m.codes.dtype == DType::F8_E4M3;  // MXFP8 experts
   e.slot_codes = int64_t(m.codes.slot_bytes());
   e.slot_scales = int64_t(m.scales.slot_bytes());
   e.slots = m.codes.slots;

@@ -387,24 +387,24 @@ TEST(QuantizedCheckpoint, AttnFp8AndMxfp4ArenaHoldsTheCheckpointExactly) {
   ModelWeights back = dequantize_prepared(L, host_arena_reader(arena));
   ModelWeights files_w = load_model_weights(d.path, spec);
   expect_same_weights(spec, back, files_w, "arena vs files");
-  // and an MXFP8 checkpoint's experts are not held exactly (MXFP4 arena experts): the note says so,
-  // and its projections only when the arena is asked for row-scaled FP8
+  // an MXFP8 checkpoint is held exactly in the arena prepare_options_for asks for (no note), and
+  // rounded again into the default arena (row-scaled FP8 projections, MXFP4 experts): the note says so
   TempDir d8;
   write_tiny(d8.path, SyntheticFormat::Mxfp8, opt);
   SafetensorsSet f8 = SafetensorsSet::open(d8.path);
   WeightBinding b8 = bind_weights(build_checkpoint_table(spec, f8, d8.path), f8);
-  const std::string note = arena_requantization_note(b8, prepare_options_for(b8, {}));
-  EXPECT_TRUE(note.find("mxfp8 projections") == std::string::npos && note.find("mxfp8 experts") != std::string::npos &&
+  EXPECT_EQ(arena_requantization_note(b8, prepare_options_for(b8, {})), "");
+  const std::string note = arena_requantization_note(b8, PrepareOptions{});
+  EXPECT_TRUE(note.find("mxfp8 projections") != std::string::npos && note.find("mxfp8 experts") != std::string::npos &&
               note.find("dense / lm_head") == std::string::npos)
       << note;  // MXFP8 dense layers go into BF16 exactly
-  const std::string row_scaled = arena_requantization_note(b8, PrepareOptions{});
-  EXPECT_TRUE(row_scaled.find("mxfp8 projections") != std::string::npos) << row_scaled;
 }
 
-// MXFP8 (the official release): prepare_options_for asks for MXFP8 projections, and the arena then
-// holds every attention linear's codes and block scales as the file stores them (the fused q|k|v|
-// iq|ik rows and O, tiled codes untiled for the comparison), so those weights dequantize to exactly
-// what the CPU reference loads from the files. A block scale the GPU kernels cannot multiply
+// MXFP8 (the official release): prepare_options_for asks for MXFP8 projections and experts, and the
+// arena then holds every attention and expert linear's codes and block scales as the file stores
+// them (the fused q|k|v|iq|ik rows and O, tiled codes untiled for the comparison; the interleaved
+// gate/up rows), so the whole arena dequantizes to exactly what the CPU reference loads from the
+// files (dense layers and lm_head go into BF16 exactly). A block scale the GPU kernels cannot multiply
 // exactly is refused naming the tensor, row and block, unless the block's codes are all zero (then
 // it is stored as 127: the same zeros).
 TEST(QuantizedCheckpoint, Mxfp8ProjectionsEnterTheArenaAsStored) {
@@ -419,10 +419,12 @@ TEST(QuantizedCheckpoint, Mxfp8ProjectionsEnterTheArenaAsStored) {
     WeightBinding bind = bind_weights(build_checkpoint_table(spec, files, d.path), files);
     po = prepare_options_for(bind, {});
   }
-  ASSERT_TRUE(po.mxfp8_projections);
+  ASSERT_TRUE(po.mxfp8_projections && po.mxfp8_experts);
   EXPECT_TRUE(prepare_options_for(d.path.string(), spec, {}).mxfp8_projections);  // the directory overload
   const PreparedLayout L = plan_prepared(spec, po);
   ASSERT_TRUE(L.layers[0].qkv.mx() && L.layers[0].o.mx());
+  for (const auto& Y : L.layers)
+    if (Y.moe) ASSERT_TRUE(Y.w13.fp8() && Y.w2.fp8() && (Y.shared_w13.codes.empty() || Y.shared_w13.fp8()));
   EXPECT_EQ(L.layers[0].qkv.scales.cols, (spec.hidden + 31) / 32);
   const std::vector<uint8_t> arena = fill_arena(spec, d.path, L);
   ModelWeights back = dequantize_prepared(L, host_arena_reader(arena));
@@ -451,6 +453,7 @@ TEST(QuantizedCheckpoint, Mxfp8ProjectionsEnterTheArenaAsStored) {
     }
   }
   EXPECT_GT(compared, 0);
+  expect_same_weights(spec, back, files_w, "MXFP8 arena vs files");  // every weight, experts included
   // the bytes: layer 1's O codes (untiled) and block scales are the file's
   {
     SafetensorsSet files = SafetensorsSet::open(d.path);

@@ -10,6 +10,7 @@
 //  - batch invariance: every token's output of a 300-token batch is bitwise the same run alone and
 //    inside random batches (random sizes, compositions, orders), and the wide, deep and automatic
 //    modes give the same bits.
+//  - the same for MXFP8 experts (E4M3 codes, the MXFP8 release: the wide register walk at any M).
 // Weights: random code bytes (all 16 E2M1 values, padding nibbles too: they must be cancelled by
 // the zero activations past K) and random E8M0 scales (up to 128, the kernel's exact range),
 // generated on the device; activations with full fp32 mantissas, so the lo half of the split
@@ -41,8 +42,8 @@ namespace {
 
 // One projection's device experts, filled at random on allocation.
 struct Experts : DeviceExperts {
-  void alloc(int s, int r, int c, uint64_t seed, int slo, int shi) {
-    DeviceExperts::alloc(s, r, c);
+  void alloc(int s, int r, int c, uint64_t seed, int slo, int shi, bool mxfp8) {
+    DeviceExperts::alloc(s, r, c, mxfp8);
     fill_random(seed, slo, shi);
   }
 };
@@ -99,6 +100,7 @@ struct Case {
   int E, K, H, I, S;  // S: shared width (0 none; == I in slot; else its own tensors)
   int slo, shi;       // E8M0 scale range of the weights
   std::vector<int> Ms;
+  bool fp8 = false;   // MXFP8 experts (E4M3 codes), else MXFP4
 };
 
 struct Layer {  // one MoE layer on the device
@@ -113,11 +115,11 @@ struct Layer {  // one MoE layer on the device
     in_slot = c.S > 0 && c.S == c.I;
     separate = c.S > 0 && c.S != c.I;
     const int slots = c.E + (in_slot ? 1 : 0);
-    w13.alloc(slots, 2 * c.I, c.H, seed + 1, c.slo, c.shi);
-    w2.alloc(slots, c.H, c.I, seed + 3, c.slo, c.shi);
+    w13.alloc(slots, 2 * c.I, c.H, seed + 1, c.slo, c.shi, c.fp8);
+    w2.alloc(slots, c.H, c.I, seed + 3, c.slo, c.shi, c.fp8);
     if (separate) {
-      sw13.alloc(1, 2 * c.S, c.H, seed + 5, c.slo, c.shi);
-      sw2.alloc(1, c.H, c.S, seed + 7, c.slo, c.shi);
+      sw13.alloc(1, 2 * c.S, c.H, seed + 5, c.slo, c.shi, c.fp8);
+      sw2.alloc(1, c.H, c.S, seed + 7, c.slo, c.shi, c.fp8);
     }
     std::mt19937 rng(seed + 9);
     std::normal_distribution<float> nd;
@@ -396,6 +398,23 @@ TEST(GpuMoeMma, AccuracyOddTop8) {
   native::moe_set_kernel(native::MoeKernel::Deep);
   accuracy_case({"odd E9 k3 H160 I64 no shared, deep", 9, 3, 160, 64, 0, 115, 125, {1, 4, 33}});
   native::moe_set_kernel(native::MoeKernel::Auto);
+}
+// MXFP8 experts (the MXFP8 release; MoeWideFp8Op): the same bounds (the weights reach the MMA
+// exactly: E4M3 times 2^(S - 127) for S in 4 .. 134). Scales 2^-19 .. 2^-13 for the real shapes
+// (|w| up to ~0.05, as the MXFP4 cases), the odd shapes across 2^-67 .. 2^7 (products stay normal fp32); the deep mode
+// asked for runs the wide walk (MXFP8 has no deep walk).
+TEST(GpuMoeMma, AccuracyMxfp8) {
+  native::moe_set_kernel(native::MoeKernel::Auto);
+  accuracy_case({"mxfp8 real tp4 E128 k4 H6144 I768 shared-in-slot", 128, 4, 6144, 768, 768, 108, 114,
+                 {1, 2, 4, 8, 9, 17, 300}, true});
+  accuracy_case({"mxfp8 odd E20 k8 H333 I257 shared 130", 20, 8, 333, 257, 130, 60, 134, {1, 3, 9, 300}, true});
+  native::moe_set_kernel(native::MoeKernel::Deep);
+  accuracy_case({"mxfp8 odd E9 k3 H160 I64 no shared, deep asked", 9, 3, 160, 64, 0, 100, 130, {1, 4, 33}, true});
+  native::moe_set_kernel(native::MoeKernel::Auto);
+}
+TEST(GpuMoeMma, InvarianceMxfp8) {
+  invariance_case({"mxfp8 real tp4 E128 k4 H6144 I768 shared-in-slot", 128, 4, 6144, 768, 768, 108, 114, {}, true});
+  invariance_case({"mxfp8 odd E20 k8 H333 I257 shared 130", 20, 8, 333, 257, 130, 60, 134, {}, true});
 }
 TEST(GpuMoeMma, Invariance) {
   invariance_case({"real tp4 E128 k4 H6144 I768 shared-in-slot", 128, 4, 6144, 768, 768, 119, 121, {}});

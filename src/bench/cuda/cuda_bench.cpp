@@ -140,7 +140,7 @@ void run_steps(const BenchOptions& o, const ModelSpec& spec, BenchReport& r, cud
   PrepareOptions po;
   po.router_bf16 = o.router_bf16;
   po.fp8_tiled = !o.fp8_rows;
-  po.mxfp8_projections = o.weights == "mxfp8";
+  po.mxfp8_projections = po.mxfp8_experts = o.weights == "mxfp8";
   const PreparedLayout layout = plan_prepared(spec, po);
   StepBytesOptions bo;
   bo.kv_dtype = o.kv_bf16 ? DType::BF16 : DType::F8_E4M3;

@@ -55,6 +55,11 @@ void fill_prepared_random(uint8_t* base, const PreparedLayout& L, uint64_t seed,
     }
   };
   auto mx = [&](const PMxfp4& m) {
+    if (m.fp8()) {  // MXFP8: |e4m3| up to 448 (E2M1's 6 times 2^6), so scales 2^6 smaller
+      fill_tensor(base, m.codes, FillFormat::Fp8, 0, 0, ++k, s);
+      fill_tensor(base, m.scales, FillFormat::E8M0, 112, 115, ++k, s);  // 2^-15 .. 2^-12
+      return;
+    }
     fill_tensor(base, m.codes, FillFormat::Bytes, 0, 0, ++k, s);
     fill_tensor(base, m.scales, FillFormat::E8M0, 118, 121, ++k, s);  // 2^-9 .. 2^-6
   };
