@@ -84,9 +84,11 @@ __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& lo, uint3
   lo = bf16x2_mul(__byte_perm(lb, hb, 0x5140), mul);
   hi = bf16x2_mul(__byte_perm(lb, hb, 0x7362), mul);
 }
-// The bf16x2 multiplier of E8M0 byte s: {2^(s - 7), 2^(s - 7)} (bf16 exponent field s + 120: s <= 134).
+// The bf16x2 multiplier of E8M0 byte s: {2^(s - 7), 2^(s - 7)} (bf16 exponent field s + 120: exact
+// for s <= 134; a larger byte gives +inf, so its outputs are inf / NaN, never silently wrong: the
+// arena refuses such scales, kernels/mma_params.h).
 __device__ __forceinline__ uint32_t mx_mul(uint32_t s) {
-  const uint32_t b = (s + 120u) << 7;
+  const uint32_t b = min(s + 120u, 255u) << 7;
   return b | (b << 16);
 }
 
@@ -104,18 +106,20 @@ struct WRun<WeightFmt::FP8> {
     e4m3x4_to_bf16x2(w8, a[1], a[3]);
   }
 };
-// MXFP8: the FP8 run, and each row's block-scale multiplier (mx_mul) for the run's 16 elements (a
-// lane's run lies inside one 32-element scale block).
+// MXFP8: the FP8 run, and the E8M0 bytes of the two rows' blocks for the run's 16 elements (a
+// lane's run lies inside one 32-element scale block), packed: row g's in bits 0..15, row g + 8's
+// in bits 16..31 (one register a run: the decode tile's walk is short of registers), turned into
+// multipliers (mx_mul) when decoded.
 template <>
 struct WRun<WeightFmt::MXFP8> {
   static constexpr int kVec = 1;
   uint4 v[2][1];
-  uint32_t m[2];
+  uint32_t m;
   __device__ __forceinline__ void frag(int s, uint32_t (&a)[4]) const {
     const uint32_t w0 = s == 0 ? v[0][0].x : s == 1 ? v[0][0].y : s == 2 ? v[0][0].z : v[0][0].w;
     const uint32_t w8 = s == 0 ? v[1][0].x : s == 1 ? v[1][0].y : s == 2 ? v[1][0].z : v[1][0].w;
-    e4m3x4_to_bf16x2(w0, a[0], a[2], m[0]);
-    e4m3x4_to_bf16x2(w8, a[1], a[3], m[1]);
+    e4m3x4_to_bf16x2(w0, a[0], a[2], mx_mul(m & 0xffffu));
+    e4m3x4_to_bf16x2(w8, a[1], a[3], mx_mul(m >> 16));
   }
 };
 template <>
@@ -295,19 +299,24 @@ __device__ __forceinline__ void load_mx(WRun<W> (&wr)[RT], const MmaLinearParams
                                         const bool (&ok)[RT][2], int kc) {
   if constexpr (W == WeightFmt::MXFP8) {
 #pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
+    for (int rt = 0; rt < RT; ++rt) {
+      wr[rt].m = 0;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int n = n0 + rt * 16 + g + 8 * h;
-        // (past K the codes read as zero: any multiplier; none is read there)
-        wr[rt].m[h] = ok[rt][h] && kc < p.K ? mx_mul(__ldg(p.w_mx + int64_t(n) * p.ld_mx + (kc >> 5))) : kTwo120;
+        // (past K or N the codes read as zero: any scale; none is read there)
+        if (ok[rt][h] && kc < p.K) wr[rt].m |= uint32_t(__ldg(p.w_mx + int64_t(n) * p.ld_mx + (kc >> 5))) << (16 * h);
       }
+    }
   }
 }
 
+// (MXFP8 holds one block fewer than FP8 at RT 1: its runs' scale bytes made the decode tile's walk
+// spill at 72 registers with 3, ptxas 2026-12-06; 2 spills nothing. Any U gives the same sums.)
 template <WeightFmt W>
 constexpr int blocks_in_flight(int rt) {
-  return is_e4m3(W) ? (rt >= 4 ? 1 : rt == 2 ? 2 : 3) : (rt >= 2 ? 1 : 2);
+  if constexpr (W == WeightFmt::MXFP8) return rt >= 4 ? 1 : 2;
+  return W == WeightFmt::FP8 ? (rt >= 4 ? 1 : rt == 2 ? 2 : 3) : (rt >= 2 ? 1 : 2);
 }
 
 // One token's block: its 4 steps (hi MMA, then lo MMA for fp32 x) into blk (+0 on entry).

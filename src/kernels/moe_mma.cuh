@@ -122,10 +122,11 @@ __device__ __forceinline__ void frag(const WBlk& r, int s, uint32_t (&a)[4]) {
 }
 
 // MXFP8 (see the header): one row tile's run of one block for this lane, 32 bytes of rows g (h = 0)
-// and g + 8 (h = 1), and the rows' bf16x2 multipliers {2^(S-7), 2^(S-7)} (mma::mx_mul).
+// and g + 8 (h = 1), and the rows' E8M0 bytes packed (row g bits 0..15, row g + 8 bits 16..31; one
+// register: the walk is short of them), turned into multipliers (mma::mx_mul) when decoded.
 struct WBlk8 {
   uint4 v[2][2];
-  uint32_t m[2];
+  uint32_t m;
 };
 
 // The A fragment of step s of an MXFP8 run: word j = s / 2 is bytes 8j .. 8j + 7, i.e. 32-bit words
@@ -136,19 +137,21 @@ __device__ __forceinline__ void frag(const WBlk8& r, int s, uint32_t (&a)[4]) {
   for (int h = 0; h < 2; ++h) {
     const uint4& v = r.v[h][j >> 1];
     const uint32_t w0 = (j & 1) ? v.z : v.x, w1 = (j & 1) ? v.w : v.y;
-    mma::e4m3x4_to_bf16x2(__byte_perm(w0, w1, (s & 1) ? 0x7362 : 0x5140), a[h], a[h + 2], r.m[h]);
+    mma::e4m3x4_to_bf16x2(__byte_perm(w0, w1, (s & 1) ? 0x7362 : 0x5140), a[h], a[h + 2],
+                          mma::mx_mul(h ? r.m >> 16 : r.m & 0xffffu));
   }
 }
 
 // Chunk c of rows crow[h] (scales srow[h]); zero codes where ok[h] is false.
 __device__ __forceinline__ void load_wblk(WBlk8& r, const uint8_t* const (&crow)[2], const uint8_t* const (&srow)[2],
                                           const bool (&ok)[2], int c) {
+  r.m = 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint8_t* q = crow[h] + int64_t(c) * 32;
     r.v[h][0] = ok[h] ? wstream::ld_stream(q) : make_uint4(0, 0, 0, 0);
     r.v[h][1] = ok[h] ? wstream::ld_stream(q + 16) : make_uint4(0, 0, 0, 0);
-    r.m[h] = mma::mx_mul(ok[h] ? uint32_t(__ldg(srow[h] + c)) : 127u);
+    if (ok[h]) r.m |= uint32_t(__ldg(srow[h] + c)) << (16 * h);  // (zero codes: any scale)
   }
 }
 
@@ -236,7 +239,8 @@ template <int RT, int NT, class Act, class B = WBlk>
 __device__ __forceinline__ void block_mma_with(const B (&wr)[RT], Act act, float (&chain)[RT][NT][4]) {
   float blk[RT][NT][4];
   mma::zero<RT, NT>(blk);
-  if constexpr (NT == 1) {  // decode: the token's whole run first (8 loads in flight), then the steps
+  // (MXFP8 runs hold twice the weight registers: their activations go group by group, below)
+  if constexpr (NT == 1 && !std::is_same_v<B, WBlk8>) {  // decode: the token's whole run first (8 loads in flight), then the steps
     uint4 v0[4], v1[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) act(0, j, v0[j], v1[j]);
@@ -252,7 +256,7 @@ __device__ __forceinline__ void block_mma_with(const B (&wr)[RT], Act act, float
         mma::mma_bf16(blk[rt][0], a, bl[0], bl[1]);
       }
     }
-  } else {  // several token tiles: each step's weight fragments decoded once, used by every tile
+  } else {  // several token tiles (or an MXFP8 run): each step's weight fragments decoded once, used by every tile
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       uint4 v0[NT], v1[NT];
@@ -336,6 +340,16 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
   };
   // two groups in registers, the next group's loads in flight during this group's MMAs
   static_assert(NT == 1, "the wide walk runs one token tile");
+  if constexpr (std::is_same_v<B, WBlk8>) {
+    // MXFP8: one group at a time (its 32-byte runs are already the bytes two MXFP4 groups hold in
+    // flight; two groups spilled 300 / 512 bytes at 128 registers, ptxas 2026-12-06, one 36 / 44)
+    B wa[U][RT];
+    for (int b = blo; b < bhi; b += U) {
+      load_group(wa, b);
+      mma_group(wa, b);
+    }
+    return;
+  }
   B wa[U][RT], wb[U][RT];
   load_group(wa, blo);
   for (int b = blo; b < bhi; b += 2 * U) {
