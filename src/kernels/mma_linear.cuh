@@ -650,6 +650,17 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
   mma::zero<RT, NT>(chain);
   int j = 0, chain_end = mma::chain_begin(1, blocks, P), stage = 0;
   for (int b = 0; b < blocks; ++b) {
+    // MXFP8: block b's scale bytes from global memory (small, cached), issued before the wait so
+    // their latency hides behind it
+    mma::WRun<W> wr[RT];
+    if constexpr (W == WeightFmt::MXFP8) {
+      bool rok[RT][2];
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) rok[rt][h] = n0 + wr0 + rt * 16 + 8 * h + gl < p.N;
+      mma::load_mx<W, RT>(wr, p, n0 + wr0, gl, rok, b * kMmaKBlock + 16 * t);
+    }
     cp_async_wait<S - 2>();
     g.sync();  // block b is in `stage` for every thread; the stage before it is free again
     if (b + S - 1 < blocks)
@@ -658,7 +669,6 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
     const uint8_t* st = smem + stage * stage_bytes;
     const uint8_t* wst = st + mma_deep_act_bytes(X);
     const int kc = b * kMmaKBlock + 16 * t;
-    mma::WRun<W> wr[RT];
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
@@ -668,14 +678,6 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
         for (int i = 0; i < mma::WRun<W>::kVec; ++i)
           wr[rt].v[h][i] = mma::ld_shared_16(wst + (row * wchunks + mma::deep_w_chunk<W>(row, t * mma::WRun<W>::kVec + i)) * 16);
       }
-    if constexpr (W == WeightFmt::MXFP8) {  // the block scales from global memory (small, cached)
-      bool rok[RT][2];
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) rok[rt][h] = n0 + wr0 + rt * 16 + 8 * h + gl < p.N;
-      mma::load_mx<W, RT>(wr, p, n0 + wr0, gl, rok, kc);
-    }
     // token tile nt's step s from the stage: elements kc + 4s .. + 3 of token wt0 + 8 nt + gl
     auto act = [&](auto full, int nt, int s, uint32_t(&bh)[2], uint32_t(&bl)[2]) {
       constexpr bool FULL = decltype(full)::value;
