@@ -4,7 +4,8 @@
 # Runs the MXFP8 tests: the projection kernel (and the linear kernel tests: the same file), the
 # expert kernels (GpuMoeMma, MXFP4 and MXFP8) and the whole-model
 # test of the quantized releases (TESTS overrides the filter), then the decode bench of one TP-4
-# rank (60 layers, 8K) with --weights fp8 and mxfp8, alternated twice in this one run, native path.
+# rank (60 layers, 8K) with --weights fp8 and mxfp8, alternated twice in this one run, native path,
+# and a prefill of 8K tokens (PREFILL) with each.
 # Full logs under $OUT; a table last.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,6 +28,12 @@ for rep in 1 2; do
       --weights "$w" >"$log" 2>&1 || rows+=("bench $w run $rep | FAILED | $(tail -1 "$log")")
     while read -r l; do rows+=("bench $w run $rep | $l"); done < <(grep -E '^decode' "$log" | awk '{print $2, $3, $4, $5, $6}')
   done
+done
+for w in fp8 mxfp8; do  # prefill (the deep walks), once each
+  log="$OUT/prefill.$w.log"
+  timeout 300 "$DIR/m3mono" bench --tp-shard 4 --layers 60 --prefill ${PREFILL:-8K} --paths native --weights "$w" \
+    >"$log" 2>&1 || rows+=("prefill $w | FAILED | $(tail -1 "$log")")
+  while read -r l; do rows+=("prefill $w | $l"); done < <(grep -E '^prefill' "$log" | awk '{print $2, $3, $4, $5, $6}')
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 rows+=("gpu | $(cat "$OUT/gpu.txt")")

@@ -49,14 +49,14 @@
 // depends on its activations, the expert's weights and (N, K, SMs): never on the number of pairs
 // of its entry, on M, on its column or token tile, on the tiling (RT, NT) or on the mode. No
 // atomics, no cross-CTA sums.
-// MXFP8 experts (p.fp8, MoeWideFp8Op; the MXFP8 release): E4M3 codes, one byte an element, rows of
+// MXFP8 experts (p.fp8, MoeWideFp8Op / MoeDeepFp8Op; the MXFP8 release): E4M3 codes, one byte an element, rows of
 // ld >= round_up(K, 32) bytes, the same E8M0 scale per 32 elements. Lane t's 32 elements of block b
 // are then 32 bytes (two 16-byte loads a row: WBlk8); word j's elements 8j .. 8j + 7 are bytes
 // 8j .. 8j + 7, and a byte permute of its two 32-bit words puts elements {q, q + 4, q + 1, q + 5}
 // in one word, decoded exactly as kernels/mma_linear.cuh decodes E4M3 with the block scale folded
 // into the bf16 multiplier (2^(S - 7): exact for S in 4 .. 134; the arena refuses other scales).
-// The same steps, chains and order as MXFP4, so the same contract. Wide register walk only (any M;
-// the staged ring and the deep walk read MXFP4 tiles).
+// The same steps, chains and order as MXFP4, so the same contract. The register and deep walks (the
+// staged ring reads MXFP4 tiles); the deep ring holds 128-byte code rows a block (deep_chunk8).
 // Two ways to walk the same chains:
 //   wide (decode): CTA = (row tile of 16*RT rows, entry), P warps = the P chains in parallel, the
 //     entry's pairs in token tiles of 8*NT one after another; chain sums meet in shared memory.
@@ -633,12 +633,20 @@ struct DeepWalk {
 // (lanes g in {2m, 2m + 1}, t = 0..3, one group j) then reads 8 distinct bank groups.
 __device__ __forceinline__ int deep_chunk(int row, int c) { return c ^ ((((c >> 3) << 1) | (row & 1)) & 7); }
 
+// The physical 16-byte chunk of an MXFP8 code row's chunk c (0..7) in the ring: c ^ (row & 1), so
+// that a quarter warp (rows g, g + 1 at 128-byte strides, lanes t at 32-byte offsets) reads 8
+// distinct bank groups.
+__device__ __forceinline__ int deep_chunk8(int row, int c) { return c ^ (row & 1); }
+
 // What one thread of the CTA copies into the ring for the producer's current tile: activation
 // chunk c = tid % 32 of the tile's pairs tid / 32 + 8 r (r = 0..7; their rows' offsets, -1 for
-// padding pairs, set once per tile), code chunk tid % 4 of rows tid / 4 and tid / 4 + 64.
+// padding pairs, set once per tile), code chunk tid % 4 of rows tid / 4 and tid / 4 + 64 (FP8:
+// chunk tid % 8 of rows tid / 8 + 32 r, r = 0..3: a block is 128 bytes of a row).
+template <bool FP8>
 struct DeepFeed {
+  static constexpr int kChunks = FP8 ? 8 : 4;  // 16-byte code chunks of a row a block
   static constexpr int kThreads = 32 * kMoeDeepWarps, kActRows = kMoeDeepTokens * 32 / kThreads,
-                       kCodeRows = kMoeDeepRows * 4 / kThreads;
+                       kCodeRows = kMoeDeepRows * kChunks / kThreads;
   int64_t xoff[kActRows];  // uint16 offset of the row's chunk c in p.xs, -1: padding
   const uint8_t* codes = nullptr;
   int n0 = 0;
@@ -665,32 +673,46 @@ struct DeepFeed {
       cp_async_16(st + row * 512 + deep_chunk(row, c) * 16, ok ? p.xs + xoff[r] + 256 * int64_t(b) : p.xs,
                   ok ? 16 : 0);
     }
-    const int nchunks = (p.K + 31) / 32, cc = 4 * b + (tid & 3);
+    const int nchunks = (p.K + 31) / 32;
     uint8_t* cst = st + kMoeDeepActBytes;
+    if constexpr (FP8) {  // 16-byte chunk c8 of row q / 8: half c8 % 2 of 32-element chunk 4b + c8 / 2
+      const int c8 = tid & 7, cc = 4 * b + (c8 >> 1);
 #pragma unroll
-    for (int r = 0; r < kCodeRows; ++r) {
-      const int q = tid + r * kThreads, n = n0 + (q >> 2);
-      const bool ok = n < p.N && cc < nchunks;
-      cp_async_16(cst + q * 16, ok ? codes + int64_t(n) * p.ld + 16 * int64_t(cc) : p.codes, ok ? 16 : 0);
+      for (int r = 0; r < kCodeRows; ++r) {
+        const int q = tid + r * kThreads, row = q >> 3, n = n0 + row;
+        const bool ok = n < p.N && cc < nchunks;
+        cp_async_16(cst + row * 128 + deep_chunk8(row, c8) * 16,
+                    ok ? codes + int64_t(n) * p.ld + 128 * int64_t(b) + 16 * c8 : p.codes, ok ? 16 : 0);
+      }
+    } else {
+      const int cc = 4 * b + (tid & 3);
+#pragma unroll
+      for (int r = 0; r < kCodeRows; ++r) {
+        const int q = tid + r * kThreads, n = n0 + (q >> 2);
+        const bool ok = n < p.N && cc < nchunks;
+        cp_async_16(cst + q * 16, ok ? codes + int64_t(n) * p.ld + 16 * int64_t(cc) : p.codes, ok ? 16 : 0);
+      }
     }
   }
 };
 
 }  // namespace moe_mma
 
+// FP8: MXFP8 experts (p.fp8), the codes of a block 128 bytes a row in the ring, read as WBlk8 runs.
+template <bool FP8 = false>
 __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int worker, Group g, uint8_t* smem) {
-  constexpr int RT = kMoeDeepRT, NT = kMoeDeepNT, S = kMoeDeepStages;
+  constexpr int RT = kMoeDeepRT, NT = kMoeDeepNT, S = kMoeDeepStages, kStage = moe_deep_stage_bytes(FP8);
   const int num = *p.num_entries;
   const int groups = moe_deep_row_groups(p), P = p.chains;
   const int blocks = (p.K + kMoeKBlock - 1) / kMoeKBlock, nchunks = (p.K + 31) / 32;
   const int lane = g.lane(), warp = g.warp(), gl = lane >> 2, t = lane & 3;
   const int wr0 = 16 * RT * (warp % kMoeDeepRowGroups), wt0 = 8 * NT * (warp / kMoeDeepRowGroups);
-  float* wsmem = reinterpret_cast<float*>(smem + S * kMoeDeepStageBytes) +
+  float* wsmem = reinterpret_cast<float*>(smem + S * kStage) +
                  warp * mma_deep_smem_floats_per_warp(RT, NT);
 
   // producer: the next step to issue (tile ip, block bp)
   moe_mma::DeepWalk pw;
-  moe_mma::DeepFeed feed;
+  moe_mma::DeepFeed<FP8> feed;
   pw.start(p, num);
   int ip = worker, bp = 0;
   auto seek_feed = [&] {
@@ -702,7 +724,7 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int wor
   bool pmore = seek_feed();
   auto issue_next = [&](int stage) {
     if (pmore) {
-      feed.issue(p, bp, smem + stage * kMoeDeepStageBytes, g.tid);
+      feed.issue(p, bp, smem + stage * kStage, g.tid);
       if (++bp == blocks) {
         bp = 0;
         ip += p.workers;
@@ -745,16 +767,24 @@ __device__ __forceinline__ void moe_mma_deep_work(const MoeMmaParams& p, int wor
       issue_next(stage == 0 ? S - 1 : stage - 1);
       uint32_t sn[RT][2];
       if (b + 1 < blocks) scale_bytes(b + 1, sn);
-      const uint8_t* st = smem + stage * kMoeDeepStageBytes;
+      const uint8_t* st = smem + stage * kStage;
       const uint8_t* cst = st + kMoeDeepActBytes;
-      moe_mma::WBlk wr[RT];
+      std::conditional_t<FP8, moe_mma::WBlk8, moe_mma::WBlk> wr[RT];
 #pragma unroll
-      for (int rt = 0; rt < RT; ++rt)
+      for (int rt = 0; rt < RT; ++rt) {
+        if constexpr (FP8) wr[rt].m = sb[rt][0] | sb[rt][1] << 16;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          wr[rt].v[h] = mma::ld_shared_16(cst + (wr0 + rt * 16 + 8 * h + gl) * 64 + 16 * t);
-          wr[rt].m[h] = moe_mma::scale_mult(sb[rt][h]);
+          const int row = wr0 + rt * 16 + 8 * h + gl;
+          if constexpr (FP8) {  // the lane's 32 bytes: chunks 2t and 2t + 1 of the row
+            wr[rt].v[h][0] = mma::ld_shared_16(cst + row * 128 + moe_mma::deep_chunk8(row, 2 * t) * 16);
+            wr[rt].v[h][1] = mma::ld_shared_16(cst + row * 128 + moe_mma::deep_chunk8(row, 2 * t + 1) * 16);
+          } else {
+            wr[rt].v[h] = mma::ld_shared_16(cst + row * 64 + 16 * t);
+            wr[rt].m[h] = moe_mma::scale_mult(sb[rt][h]);
+          }
         }
+      }
       const int kc = b * kMoeKBlock + 32 * t;
       auto act = [&](int nt, int jj, uint4& hi, uint4& lo) {
         const int row = wt0 + 8 * nt + gl, c = 8 * t + 2 * jj;
@@ -868,6 +898,13 @@ struct MoeWideFp8Op : OpBounds<32 * kMoeMaxChains> {
 struct MoeDeepOp : OpBounds<32 * kMoeDeepWarps, 1> {
   using Params = MoeMmaParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) { moe_mma_deep_work(p, int(w), g, smem); }
+};
+// Deep over MXFP8 experts (p.fp8): the same tiles, chains and bits, 128-byte code rows in the ring.
+struct MoeDeepFp8Op : OpBounds<32 * kMoeDeepWarps, 1> {
+  using Params = MoeMmaParams;
+  __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
+    moe_mma_deep_work<true>(p, int(w), g, smem);
+  }
 };
 
 }  // namespace m3::kernels

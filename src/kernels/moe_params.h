@@ -43,8 +43,8 @@ struct MoeMmaParams {
   int deep = 0;
   int stages = 0;
   int workers = 0;
-  // MXFP8 experts (moe_mma.cuh, MoeWideFp8Op): E4M3 codes, one byte an element (ld >= round_up(K,
-  // 32)), the same E8M0 scales (4 .. 134 only); the wide register walk (deep 0, stages 0)
+  // MXFP8 experts (moe_mma.cuh, MoeWideFp8Op / MoeDeepFp8Op): E4M3 codes, one byte an element (ld >=
+  // round_up(K, 32)), the same E8M0 scales (4 .. 134 only); the register or deep walk (stages 0)
   int fp8 = 0;
 };
 
@@ -109,18 +109,22 @@ M3_HOST_DEVICE inline int moe_row_tiles(const MoeMmaParams& p) { return (p.N + 1
 // activations ([kMoeDeepTokens pairs][128 elements as split groups, 512 B], 16-byte chunks
 // swizzled), then of its weight codes ([kMoeDeepRows rows][64 B]). After the ring: the warps'
 // running totals (mma_deep_smem_floats_per_warp floats each).
+// MXFP8 experts (fp8): the codes of a block are [kMoeDeepRows rows][128 B], the rest the same.
 constexpr int kMoeDeepActBytes = kMoeDeepTokens * kMoeKBlock * 4;
-constexpr int kMoeDeepCodeBytes = kMoeDeepRows * kMoeKBlock / 2;
-constexpr int kMoeDeepStageBytes = kMoeDeepActBytes + kMoeDeepCodeBytes;
-constexpr int kMoeDeepSmemBytes =
-    kMoeDeepStages * kMoeDeepStageBytes + kMoeDeepWarps * mma_deep_smem_floats_per_warp(kMoeDeepRT, kMoeDeepNT) * 4;
+M3_HOST_DEVICE constexpr int moe_deep_code_bytes(bool fp8) { return kMoeDeepRows * kMoeKBlock / (fp8 ? 1 : 2); }
+M3_HOST_DEVICE constexpr int moe_deep_stage_bytes(bool fp8) { return kMoeDeepActBytes + moe_deep_code_bytes(fp8); }
+M3_HOST_DEVICE constexpr int moe_deep_smem_bytes(bool fp8) {
+  return kMoeDeepStages * moe_deep_stage_bytes(fp8) +
+         kMoeDeepWarps * mma_deep_smem_floats_per_warp(kMoeDeepRT, kMoeDeepNT) * 4;
+}
+static_assert(moe_deep_smem_bytes(true) <= 227 * 1024, "the MXFP8 deep ring exceeds an SM's shared memory");
 M3_HOST_DEVICE inline int moe_deep_row_groups(const MoeMmaParams& p) { return (p.N + kMoeDeepRows - 1) / kMoeDeepRows; }
 
 // Wide: item = (row tile, entry), row tile fastest, entries in reverse order (the last real entry,
 // the shared expert with every token and so the most token tiles, starts first); 32 P threads.
 // Deep: item = one of `workers` persistent CTAs walking the list of CTA tiles, kMoeDeepWarps warps.
 M3_HOST_DEVICE inline WorkShape moe_mma_shape(const MoeMmaParams& p) {
-  if (p.deep) return {p.workers, 32 * kMoeDeepWarps, kMoeDeepSmemBytes};
+  if (p.deep) return {p.workers, 32 * kMoeDeepWarps, moe_deep_smem_bytes(p.fp8 != 0)};
   return {int64_t(moe_row_tiles(p)) * p.max_entries, 32 * p.chains, moe_wide_smem_bytes(p.chains, p.stages)};
 }
 

@@ -135,7 +135,6 @@ kernels::MoeMmaParams mma_params(const Mxfp4Experts& e, const int32_t* slot, con
   p.chains = kernels::moe_mma_chains(p.N, p.K, device_sm_count());
   p.max_entries = entries;
   p.fp8 = e.fp8 ? 1 : 0;
-  deep = deep && !e.fp8;  // MXFP8 experts: the wide register walk at any token count
   p.deep = deep ? 1 : 0;
   p.stages = !deep && !e.fp8 && tokens > 1 && stageable(p) ? kWideStages : 0;
   p.workers = deep ? device_sm_count() : 0;  // one resident wave of one CTA per SM
@@ -291,9 +290,8 @@ void launch(const kernels::MoeSplitParams& p, cudaStream_t stream, const LaunchO
 
 void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOptions& opt) {
   const kernels::WorkShape sh = kernels::moe_mma_shape(p);
-  if (p.fp8) {
-    M3_CHECK(!p.deep && p.stages == 0, "moe_mma: MXFP8 experts run the wide register walk (deep {}, stages {})", p.deep,
-             p.stages);
+  if (p.fp8 && !p.deep) {
+    M3_CHECK(p.stages == 0, "moe_mma: MXFP8 experts run the register or deep walk ({} stages)", p.stages);
     return launch_op<kernels::MoeWideFp8Op>(p, sh, stream, "moe_mma", opt);
   }
   if (p.deep) {
@@ -302,7 +300,8 @@ void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOpt
     M3_CHECK(a16(p.codes) && p.ld % 16 == 0 && p.slot_codes % 16 == 0 && a16(p.xs) && p.ld_xs % 8 == 0,
              "moe_mma deep: code rows ({} B, slots of {} B) and split activations (ld {}) must be 16-byte aligned",
              p.ld, p.slot_codes, p.ld_xs);
-    launch_op<kernels::MoeDeepOp>(p, sh, stream, "moe_mma", opt);
+    if (p.fp8) launch_op<kernels::MoeDeepFp8Op>(p, sh, stream, "moe_mma", opt);
+    else launch_op<kernels::MoeDeepOp>(p, sh, stream, "moe_mma", opt);
   }
   else if (p.stages == kWideStages) launch_op<kernels::MoeWideOp<kWideStages>>(p, sh, stream, "moe_mma", opt);
   else if (p.stages == 0) launch_op<kernels::MoeWideOp<0>>(p, sh, stream, "moe_mma", opt);

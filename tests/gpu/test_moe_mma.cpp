@@ -401,15 +401,16 @@ TEST(GpuMoeMma, AccuracyOddTop8) {
 }
 // MXFP8 experts (the MXFP8 release; MoeWideFp8Op): the same bounds (the weights reach the MMA
 // exactly: E4M3 times 2^(S - 127) for S in 4 .. 134). Scales 2^-19 .. 2^-13 for the real shapes
-// (|w| up to ~0.05, as the MXFP4 cases), the odd shapes across 2^-67 .. 2^7 (products stay normal fp32); the deep mode
-// asked for runs the wide walk (MXFP8 has no deep walk).
+// (|w| up to ~0.05, as the MXFP4 cases), the odd shapes across 2^-67 .. 2^7 (products stay normal
+// fp32); the deep walk (MoeDeepFp8Op) forced on one case, and compared bitwise with the wide walk
+// by InvarianceMxfp8.
 TEST(GpuMoeMma, AccuracyMxfp8) {
   native::moe_set_kernel(native::MoeKernel::Auto);
   accuracy_case({"mxfp8 real tp4 E128 k4 H6144 I768 shared-in-slot", 128, 4, 6144, 768, 768, 108, 114,
                  {1, 2, 4, 8, 9, 17, 300}, true});
   accuracy_case({"mxfp8 odd E20 k8 H333 I257 shared 130", 20, 8, 333, 257, 130, 60, 134, {1, 3, 9, 300}, true});
   native::moe_set_kernel(native::MoeKernel::Deep);
-  accuracy_case({"mxfp8 odd E9 k3 H160 I64 no shared, deep asked", 9, 3, 160, 64, 0, 100, 130, {1, 4, 33}, true});
+  accuracy_case({"mxfp8 odd E9 k3 H160 I64 no shared, deep", 9, 3, 160, 64, 0, 100, 130, {1, 4, 33}, true});
   native::moe_set_kernel(native::MoeKernel::Auto);
 }
 TEST(GpuMoeMma, InvarianceMxfp8) {
