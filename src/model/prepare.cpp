@@ -506,17 +506,6 @@ std::pair<WeightKey, int64_t> gate_up_row(WeightRole gate, WeightRole up, int la
 
 }  // namespace
 
-namespace {
-bool attention_role(WeightRole r) {
-  return r == WeightRole::Wq || r == WeightRole::Wk || r == WeightRole::Wv || r == WeightRole::Wo ||
-         r == WeightRole::IndexWq || r == WeightRole::IndexWk;
-}
-bool expert_role(WeightRole r) {
-  return r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown ||
-         r == WeightRole::SharedGate || r == WeightRole::SharedUp || r == WeightRole::SharedDown;
-}
-}  // namespace
-
 PrepareOptions prepare_options_for(const WeightBinding& b, PrepareOptions opt) {
   // whether every weight of the roles `of` picks is MXFP8 (and there is one)
   auto all_mxfp8 = [&](bool (*of)(WeightRole)) {
@@ -528,8 +517,8 @@ PrepareOptions prepare_options_for(const WeightBinding& b, PrepareOptions opt) {
       }
     return any && all;
   };
-  if (all_mxfp8(attention_role)) opt.mxfp8_projections = true;
-  if (all_mxfp8(expert_role)) opt.mxfp8_experts = true;
+  if (all_mxfp8(attention_linear)) opt.mxfp8_projections = true;
+  if (all_mxfp8(expert_linear)) opt.mxfp8_experts = true;
   return opt;
 }
 
@@ -550,8 +539,8 @@ std::string arena_requantization_note(const WeightBinding& b, const PrepareOptio
   for (const auto& w : b.weights) {
     if (w.quant == WeightQuant::Float) continue;  // a float checkpoint's first rounding is the design
     const WeightRole r = w.entry->role;
-    const bool attn = attention_role(r);
-    const bool expert = expert_role(r);
+    const bool attn = attention_linear(r);
+    const bool expert = expert_linear(r);
     const bool bf16 = r == WeightRole::DenseGate || r == WeightRole::DenseUp || r == WeightRole::DenseDown ||
                       r == WeightRole::LmHead;
     bool exact = true;

@@ -217,14 +217,6 @@ std::vector<uint8_t> to_bytes(const float* v, size_t n, DType dt) {
   return out;
 }
 
-bool attention_linear(WeightRole r) {
-  return r == WeightRole::Wq || r == WeightRole::Wk || r == WeightRole::Wv || r == WeightRole::Wo ||
-         r == WeightRole::IndexWq || r == WeightRole::IndexWk;
-}
-bool expert_linear(WeightRole r) {
-  return r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown ||
-         r == WeightRole::SharedGate || r == WeightRole::SharedUp || r == WeightRole::SharedDown;
-}
 
 // The format `f` stores entry e in (the quantization_config written with it declares the same;
 // loading checks that).

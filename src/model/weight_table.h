@@ -30,6 +30,15 @@ enum class WeightRole : uint8_t {
   SharedGate, SharedUp, SharedDown,               // shared expert
 };
 std::string_view weight_role_name(WeightRole r);
+// The attention linears (q, k, v, o, index q / k) and the expert linears (routed and shared w1/w3/w2).
+inline bool attention_linear(WeightRole r) {
+  return r == WeightRole::Wq || r == WeightRole::Wk || r == WeightRole::Wv || r == WeightRole::Wo ||
+         r == WeightRole::IndexWq || r == WeightRole::IndexWk;
+}
+inline bool expert_linear(WeightRole r) {
+  return r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown ||
+         r == WeightRole::SharedGate || r == WeightRole::SharedUp || r == WeightRole::SharedDown;
+}
 
 // How tensor parallelism would split the tensor: by output rows (dim 0), by input columns
 // (dim 1), or not at all. A recommendation recorded with the tensor; the loaders of this file

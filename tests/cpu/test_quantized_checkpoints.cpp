@@ -493,6 +493,20 @@ TEST(QuantizedCheckpoint, Mxfp8ProjectionsEnterTheArenaAsStored) {
     const std::string m0 = error_of([&] { fill_arena(spec, with_scale("small", 2, false), L); });
     EXPECT_TRUE(m0.find("block 1") != std::string::npos && m0.find(" 2 (2^-125)") != std::string::npos) << m0;
   }
+  {  // a block the OCP rule would scale otherwise (codes 1.0, far below the top binade): stored as is,
+     // not re-quantized (which would pick scale - 8 with code 256's)
+    const fs::path p = d.path / "noncanonical";
+    write_synthetic_checkpoint(p, spec, [&] { SyntheticOptions o2 = opt; o2.format = SyntheticFormat::Mxfp8; return o2; }());
+    uint8_t file_scale = 0;
+    rewrite_checkpoint(p, [&](const std::string& n, DType, std::vector<int64_t>& shape, std::vector<uint8_t>& b) {
+      if (n == wq + ".weight") std::fill_n(b.begin(), 32, uint8_t(0x38));  // row 0, block 0: e4m3 1.0
+      if (n == wq + ".weight_scale_inv") file_scale = b[0];
+      (void)shape;
+      return true;
+    });
+    const std::vector<uint8_t> a = fill_arena(spec, p, L);
+    EXPECT_EQ(a[L.layers[2].qkv.scales.offset], file_scale) << "the block was re-quantized";
+  }
   {
     const fs::path p = with_scale("zero", 0, true);
     const std::vector<uint8_t> a = fill_arena(spec, p, L);

@@ -288,10 +288,7 @@ TEST(GpuModel, QuantizedReleasesVsReference) {
       ModelWeights files = load_model_weights(dir, spec);
       size_t bad = 0, total = 0;
       for (const auto& e : build_weight_table(spec).entries) {
-        const bool expert = e.role == WeightRole::ExpertGate || e.role == WeightRole::ExpertUp ||
-                            e.role == WeightRole::ExpertDown || e.role == WeightRole::SharedGate ||
-                            e.role == WeightRole::SharedUp || e.role == WeightRole::SharedDown;
-        if (f == SyntheticFormat::Mxfp4 && !expert) continue;
+        if (f == SyntheticFormat::Mxfp4 && !expert_linear(e.role)) continue;
         size_t n = 1;
         for (auto d : e.shape) n *= size_t(d);
         const float* a = host_destination(m.deq, e);
