@@ -2,6 +2,7 @@
 #include "native/kv_cache.h"
 
 #include <cmath>
+#include <utility>
 
 #include "native/cuda_check.h"
 
@@ -32,7 +33,26 @@ DeviceKvCache::DeviceKvCache(const KvCacheShape& shape) : shape_(shape) {
   }
 }
 
+DeviceKvCache::DeviceKvCache(const KvCacheShape& shape, std::vector<void*> k, std::vector<void*> v,
+                             std::vector<void*> ik)
+    : shape_(shape), owned_(false), k_(std::move(k)), v_(std::move(v)), ik_(std::move(ik)) {
+  shape_.validate();
+  const size_t L = size_t(shape_.num_layers);
+  M3_CHECK(k_.size() == L && v_.size() == L && ik_.size() == L,
+           "kv cache: borrowed caches for {} / {} / {} layers (K / V / index-K), the model has {}", k_.size(), v_.size(),
+           ik_.size(), L);
+  for (size_t l = 0; l < L; ++l) {
+    M3_CHECK(k_[l] && v_[l], "kv cache: layer {}: no borrowed {} cache", l, k_[l] ? "V" : "K");
+    M3_CHECK(bool(ik_[l]) == bool(shape_.has_index[l]), "kv cache: layer {} is a {} layer: {} index-K cache expected", l,
+             shape_.has_index[l] ? "sparse" : "full-attention", shape_.has_index[l] ? "an" : "no");
+  }
+  k_scale_.assign(L, 1.0f);
+  v_scale_.assign(L, 1.0f);
+  ik_scale_.assign(L, 1.0f);
+}
+
 DeviceKvCache::~DeviceKvCache() {
+  if (!owned_) return;
   for (size_t l = 0; l < k_.size(); ++l) {
     cudaFree(k_[l]);
     cudaFree(v_[l]);

@@ -106,6 +106,10 @@ struct KvLayerView {
 class DeviceKvCache {
  public:
   explicit DeviceKvCache(const KvCacheShape& shape);
+  // BORROWS the caches of `shape` from device buffers the caller owns (a host framework's; issue
+  // 16): k[l], v[l] of shape.kv_bytes() each, ik[l] of shape.ik_bytes() on the sparse layers (null
+  // on the others). Nothing is allocated; the buffers must outlive this object.
+  DeviceKvCache(const KvCacheShape& shape, std::vector<void*> k, std::vector<void*> v, std::vector<void*> ik);
   ~DeviceKvCache();
   DeviceKvCache(const DeviceKvCache&) = delete;
   DeviceKvCache& operator=(const DeviceKvCache&) = delete;
@@ -119,6 +123,7 @@ class DeviceKvCache {
 
  private:
   KvCacheShape shape_;
+  bool owned_ = true;
   std::vector<void*> k_, v_, ik_;
   std::vector<float> k_scale_, v_scale_, ik_scale_;
 };

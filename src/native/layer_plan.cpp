@@ -158,7 +158,7 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
                                                    act.tp_chunk)});
   };
   const bool halves = H % kernels::kNormChunk == 0;
-  const bool fuse = halves && fused_norms_enabled() && T <= kernels::kFusedNormMaxRows && !comm;
+  const bool fuse = shape.fuse_norms && halves && fused_norms_enabled() && T <= kernels::kFusedNormMaxRows && !comm;
   const kernels::NormIn nin_ss{act.ss.get<float>(), nullptr, H, T, s.rms_eps};
   const kernels::NormIn nin_inv{nullptr, act.inv.get<float>(), H, T, s.rms_eps};
   auto norm_out = [&](const uint16_t* w) {

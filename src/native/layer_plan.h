@@ -19,6 +19,10 @@ struct PlanShape {
   int rows = 0;           // token rows of the pass (padding included)
   StepMetadataView meta;  // device metadata; meta.max_context sizes the launches (indexer, attention)
   bool lm_head = false;   // end with lm_head over all rows into Activations::logits (decode buckets)
+  // Decode-sized plans may fuse the norms' prep half into the ops before them (fused_norms_enabled);
+  // false: every layer starts from its own input norm op (a layer range is self-contained: the
+  // library level's layer calls, native/device_layers.h). The same bits either way.
+  bool fuse_norms = true;
 };
 
 struct LayerPlan {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -89,11 +90,31 @@ class ProgressBar {
 
 }  // namespace
 
-static Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
+ArenaAddr::ArenaAddr(std::vector<Borrowed> tensors) : at_(std::move(tensors)) {
+  std::sort(at_.begin(), at_.end(), [](const Borrowed& x, const Borrowed& y) { return x.offset < y.offset; });
+  for (size_t i = 0; i < at_.size(); ++i) {
+    M3_CHECK(at_[i].data, "prepared: the borrowed tensor at arena offset {} has no buffer", at_[i].offset);
+    M3_CHECK(i == 0 || at_[i].offset >= at_[i - 1].offset + at_[i - 1].bytes,
+             "prepared: borrowed tensors at arena offsets {} and {} overlap", at_[i - 1].offset, at_[i].offset);
+  }
+}
+
+const uint8_t* ArenaAddr::range(uint64_t offset, uint64_t n) const {
+  if (base_) return base_ + offset;
+  auto it = std::upper_bound(at_.begin(), at_.end(), offset, [](uint64_t o, const Borrowed& b) { return o < b.offset; });
+  M3_CHECK(it != at_.begin() && offset + n <= std::prev(it)->offset + std::prev(it)->bytes,
+           "prepared: arena bytes [{}, {}) are not inside one borrowed tensor", offset, offset + n);
+  --it;
+  return it->data + (offset - it->offset);
+}
+
+const uint8_t* ArenaAddr::operator()(const PTensor& t) const { return t.empty() ? nullptr : range(t.offset, t.bytes); }
+
+static Mxfp4Experts experts_view(const ArenaAddr& at, const PMxfp4& m) {
   Mxfp4Experts e;
   if (m.codes.empty()) return e;
-  e.codes = base + m.codes.offset;
-  e.scales = base + m.scales.offset;
+  e.codes = at(m.codes);
+  e.scales = at(m.scales);
   e.ld = m.codes.row_bytes;
   e.sld = m.scales.row_bytes;
   e.fp8 = m.codes.dtype == DType::F8_E4M3;  // MXFP8 experts
@@ -105,28 +126,27 @@ static Mxfp4Experts experts_view(const uint8_t* base, const PMxfp4& m) {
   return e;
 }
 
-Fp8Weight arena_fp8_view(const uint8_t* base, const PFp8& m) {
+Fp8Weight arena_fp8_view(const ArenaAddr& at, const PFp8& m) {
   if (m.mx())  // MXFP8: E8M0 block scales, no row scale
-    return Fp8Weight{base + m.codes.offset, nullptr, int(m.codes.rows), int(m.codes.cols), m.codes.row_bytes,
-                     m.codes.tiled, base + m.scales.offset, m.scales.row_bytes};
-  return Fp8Weight{base + m.codes.offset, reinterpret_cast<const float*>(base + m.scales.offset), int(m.codes.rows),
+    return Fp8Weight{at(m.codes), nullptr, int(m.codes.rows), int(m.codes.cols), m.codes.row_bytes,
+                     m.codes.tiled, at(m.scales), m.scales.row_bytes};
+  return Fp8Weight{at(m.codes), reinterpret_cast<const float*>(at(m.scales)), int(m.codes.rows),
                    int(m.codes.cols), m.codes.row_bytes, m.codes.tiled};
 }
 
-MoeWeights arena_moe_view(const uint8_t* base, const PreparedLayout& L, int l) {
+MoeWeights arena_moe_view(const ArenaAddr& at, const PreparedLayout& L, int l) {
   M3_CHECK(l >= 0 && size_t(l) < L.layers.size(), "prepared: layer {} out of range ({} layers)", l, L.layers.size());
   const auto& Y = L.layers[size_t(l)];
   M3_CHECK(Y.moe, "prepared: layer {} is not a MoE layer", l);
   const ModelSpec& s = L.spec;
   MoeWeights w;
-  w.router = DenseWeight{base + Y.router.offset, Y.router.dtype, int(Y.router.rows), int(Y.router.cols),
-                         Y.router.row_bytes};
-  w.router_bias = reinterpret_cast<const float*>(base + Y.router_bias.offset);
-  w.w13 = experts_view(base, Y.w13);
-  w.w2 = experts_view(base, Y.w2);
+  w.router = DenseWeight{at(Y.router), Y.router.dtype, int(Y.router.rows), int(Y.router.cols), Y.router.row_bytes};
+  w.router_bias = reinterpret_cast<const float*>(at(Y.router_bias));
+  w.w13 = experts_view(at, Y.w13);
+  w.w2 = experts_view(at, Y.w2);
   w.shared_in_slot = Y.shared_in_slot;
-  w.shared_w13 = experts_view(base, Y.shared_w13);
-  w.shared_w2 = experts_view(base, Y.shared_w2);
+  w.shared_w13 = experts_view(at, Y.shared_w13);
+  w.shared_w2 = experts_view(at, Y.shared_w2);
   w.E = s.num_experts;
   w.K = s.top_k;
   w.routed_scale = s.routed_scale;
@@ -141,6 +161,7 @@ std::unique_ptr<PreparedWeights> PreparedWeights::create(const ModelSpec& spec, 
   pw->layout_ = plan_prepared(spec, opt);
   const uint64_t bytes = pw->layout_.total_bytes;
   M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pw->base_), bytes));
+  pw->at_ = ArenaAddr(pw->base_);
   {
     DeviceSink sink(pw->base_, bytes, lo.staging_bytes);
     ThreadPool pool(lo.threads);
@@ -158,6 +179,7 @@ std::unique_ptr<PreparedWeights> PreparedWeights::create_on_device(
   std::unique_ptr<PreparedWeights> pw(new PreparedWeights());
   pw->layout_ = layout;
   M3_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pw->base_), layout.total_bytes));
+  pw->at_ = ArenaAddr(pw->base_);
   M3_CUDA_CHECK(cudaMemsetAsync(pw->base_, 0, layout.total_bytes, stream));
   fill(pw->base_, stream);
   M3_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -177,16 +199,42 @@ std::unique_ptr<PreparedWeights> PreparedWeights::load(const std::filesystem::pa
   return create(spec, *src, o, lo);
 }
 
+std::unique_ptr<PreparedWeights> PreparedWeights::borrow(const PreparedLayout& layout,
+                                                         const std::vector<std::pair<TensorSpec, const void*>>& tensors) {
+  // every tensor the layout has, by name and offset, exactly once
+  std::vector<TensorSpec> want = model_tensor_specs(layout);
+  for (int l = 0; l < layout.spec.num_layers; ++l) {
+    std::vector<TensorSpec> t = layer_tensor_specs(layout, l);
+    want.insert(want.end(), t.begin(), t.end());
+  }
+  std::vector<ArenaAddr::Borrowed> at;
+  for (const auto& [spec, data] : tensors) {
+    const auto it = std::find_if(want.begin(), want.end(),
+                                 [&](const TensorSpec& w) { return w.offset == spec.offset && w.name == spec.name; });
+    M3_CHECK(it != want.end(), "prepared: borrowed tensor '{}' (arena offset {}) is not a tensor of this layout, or "
+             "is given twice", spec.name, spec.offset);
+    M3_CHECK(data != nullptr, "prepared: borrowed tensor '{}' has no buffer", spec.name);
+    want.erase(it);
+    if (spec.bytes) at.push_back(ArenaAddr::Borrowed{spec.offset, spec.bytes, static_cast<const uint8_t*>(data)});
+  }
+  M3_CHECK(want.empty(), "prepared: {} tensor(s) of the layout not borrowed, the first '{}' ({})", want.size(),
+           want.empty() ? "" : want.front().name, want.empty() ? "" : want.front().describe());
+  std::unique_ptr<PreparedWeights> pw(new PreparedWeights());
+  pw->layout_ = layout;
+  pw->at_ = ArenaAddr(std::move(at));
+  return pw;
+}
+
 PreparedWeights::~PreparedWeights() {
   if (base_) cudaFree(base_);
 }
 
 ArenaReader PreparedWeights::reader() const {
-  const uint8_t* base = base_;
+  const ArenaAddr at = at_;
   const uint64_t total = layout_.total_bytes;
-  return [base, total](uint64_t off, uint64_t n, void* dst) {
+  return [at, total](uint64_t off, uint64_t n, void* dst) {
     M3_CHECK(off + n <= total, "prepared: read [{}, {}) outside {} bytes", off, off + n, total);
-    M3_CUDA_CHECK(cudaMemcpy(dst, base + off, n, cudaMemcpyDeviceToHost));
+    M3_CUDA_CHECK(cudaMemcpy(dst, at.range(off, n), n, cudaMemcpyDeviceToHost));
   };
 }
 
@@ -196,8 +244,8 @@ const PreparedLayerLayout& PreparedWeights::layer(int l) const {
   return layout_.layers[size_t(l)];
 }
 
-Fp8Weight PreparedWeights::qkv(int l) const { return arena_fp8_view(base_, layer(l).qkv); }
-Fp8Weight PreparedWeights::o(int l) const { return arena_fp8_view(base_, layer(l).o); }
+Fp8Weight PreparedWeights::qkv(int l) const { return arena_fp8_view(at_, layer(l).qkv); }
+Fp8Weight PreparedWeights::o(int l) const { return arena_fp8_view(at_, layer(l).o); }
 LayerNormWeights PreparedWeights::norms(int l) const {
   const auto& Y = layer(l);
   auto v = [&](const PTensor& t) { return reinterpret_cast<const uint16_t*>(at(t)); };
@@ -216,7 +264,7 @@ DenseWeight PreparedWeights::dense_down(int l) const {
   M3_CHECK(!Y.moe, "prepared: layer {} has no dense MLP", l);
   return dense_view(at(Y.dense_down), Y.dense_down);
 }
-MoeWeights PreparedWeights::moe(int l) const { return arena_moe_view(base_, layout_, l); }
+MoeWeights PreparedWeights::moe(int l) const { return arena_moe_view(at_, layout_, l); }
 DenseWeight PreparedWeights::embed() const { return dense_view(at(layout_.embed), layout_.embed); }
 DenseWeight PreparedWeights::lm_head() const { return dense_view(at(layout_.lm_head), layout_.lm_head); }
 const uint16_t* PreparedWeights::final_norm() const {

@@ -8,8 +8,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "model/prepare.h"
+#include "model/prepared_tensors.h"
 #include "native/linear.h"
 #include "native/moe.h"
 
@@ -30,10 +33,31 @@ struct LayerNormWeights {  // BF16 vectors (iq / ik: sparse layers only, else nu
   const uint16_t* ik = nullptr;
 };
 
-// Typed views into one arena (device base address + its layout). PreparedWeights uses them, and so
-// does anything else that owns an arena of the same layout (the bench fills one on the device).
-Fp8Weight arena_fp8_view(const uint8_t* base, const PFp8& m);
-MoeWeights arena_moe_view(const uint8_t* base, const PreparedLayout& layout, int layer);
+// Where an arena's tensors are: base + offset (one allocation of the layout), or, for an arena
+// BORROWED tensor by tensor (a host framework's device buffers, issue 16), each tensor's own buffer,
+// found by its offset in the layout. Empty tensors are null.
+class ArenaAddr {
+ public:
+  ArenaAddr(const uint8_t* base) : base_(base) {}  // NOLINT: a base address is an arena's address
+  struct Borrowed {
+    uint64_t offset = 0, bytes = 0;  // the tensor's place in the layout
+    const uint8_t* data = nullptr;   // its buffer
+  };
+  explicit ArenaAddr(std::vector<Borrowed> tensors);  // every non-empty tensor
+  const uint8_t* operator()(const PTensor& t) const;
+  // The address of layout bytes [offset, offset + n), which must lie in one tensor.
+  const uint8_t* range(uint64_t offset, uint64_t n) const;
+  bool borrowed() const { return base_ == nullptr; }
+
+ private:
+  const uint8_t* base_ = nullptr;
+  std::vector<Borrowed> at_;  // sorted by offset, not overlapping
+};
+
+// Typed views into one arena (its addresses + its layout). PreparedWeights uses them, and so does
+// anything else that owns an arena of the same layout (the bench fills one on the device).
+Fp8Weight arena_fp8_view(const ArenaAddr& at, const PFp8& m);
+MoeWeights arena_moe_view(const ArenaAddr& at, const PreparedLayout& layout, int layer);
 
 class PreparedWeights {
  public:
@@ -50,13 +74,20 @@ class PreparedWeights {
   // From a checkpoint directory (config.json + safetensors, through the weight table).
   static std::unique_ptr<PreparedWeights> load(const std::filesystem::path& model_dir, const PrepareOptions& opt = {},
                                                const PrepareLoadOptions& lo = {});
+  // BORROWS the tensors of `layout` from device buffers the caller owns (a host framework's; issue
+  // 16's library level): tensors[i] = (the tensor's spec: model/prepared_tensors.h, its buffer,
+  // already checked with check_borrowed). Every tensor of every layer and of the model must be
+  // there, once; nothing is allocated, copied or converted, and the buffers must outlive this.
+  static std::unique_ptr<PreparedWeights> borrow(const PreparedLayout& layout,
+                                                 const std::vector<std::pair<TensorSpec, const void*>>& tensors);
   ~PreparedWeights();
   PreparedWeights(const PreparedWeights&) = delete;
   PreparedWeights& operator=(const PreparedWeights&) = delete;
 
   const PreparedLayout& layout() const { return layout_; }
   const ModelSpec& spec() const { return layout_.spec; }
-  const uint8_t* device_base() const { return base_; }
+  const uint8_t* device_base() const { return base_; }  // null when borrowed
+  bool borrowed() const { return at_.borrowed(); }
   uint64_t device_bytes() const { return layout_.total_bytes; }
   ArenaReader reader() const;  // device-to-host copies
 
@@ -73,10 +104,11 @@ class PreparedWeights {
 
  private:
   PreparedWeights() = default;
-  const uint8_t* at(const PTensor& t) const { return t.empty() ? nullptr : base_ + t.offset; }
+  const uint8_t* at(const PTensor& t) const { return at_(t); }
   const PreparedLayerLayout& layer(int l) const;
   PreparedLayout layout_;
-  uint8_t* base_ = nullptr;
+  uint8_t* base_ = nullptr;  // the owned arena (null when borrowed)
+  ArenaAddr at_{nullptr};
 };
 
 }  // namespace m3::native

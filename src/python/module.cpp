@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -12,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -35,6 +37,13 @@
 #include "runtime/generate.h"
 #include "text/tiny_files.h"
 #include "text/tokenizer.h"
+#if M3_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "native/cuda_check.h"
+#include "native/device_layers.h"
+#include "native/prepared.h"
+#endif
 
 namespace nb = nanobind;
 using namespace m3;
@@ -320,47 +329,95 @@ class CacheSpec {
  public:
   CacheSpec(const Layout& lay, int num_blocks, nb::list caches, const std::string& device) {
     const ModelSpec& s = lay.rank_spec();  // this rank's K/V heads
-    M3_CHECK(device == "cpu", "CacheSpec: device {}: this build borrows the CPU reference's fp32 caches only (the "
-             "GPU's FP8/BF16 paged caches come with the GPU library level)", device);
+    M3_CHECK(device == "cpu" || device == "cuda", "CacheSpec: device must be cpu or cuda, got '{}'", device);
     M3_CHECK(num_blocks > 0, "CacheSpec: num_blocks {} (> 0)", num_blocks);
     M3_CHECK(int(nb::len(caches)) == s.num_layers, "CacheSpec: caches for {} layers, the model has {}",
              nb::len(caches), s.num_layers);
     layout_ = &lay.layout();
     num_blocks_ = num_blocks;
+    device_ = device;
+    const bool gpu = device == "cuda";
     const int64_t slots = int64_t(num_blocks) * s.index_block;
     for (int l = 0; l < s.num_layers; ++l) {
       nb::dict d;
       M3_CHECK(nb::try_cast(caches[l], d), "CacheSpec: caches[{}] is not a dict of 'k', 'v'{}", l,
                s.sparse(l) ? ", 'ik'" : "");
-      auto take = [&](const char* name, int64_t width) -> float* {
+      auto take = [&](const char* name, int64_t width) -> void* {
         M3_CHECK(d.contains(name), "CacheSpec: caches[{}] has no '{}'", l, name);
         nb::object o = d[name];
         nb::ndarray<> a;  // no constraints: nothing may convert
-        const bool ok = nb::try_cast(o, a, false) && a.dtype() == nb::dtype<float>() && a.ndim() == 2 &&
-                        int64_t(a.shape(0)) == slots && int64_t(a.shape(1)) == width && a.stride(1) == 1 &&
-                        int64_t(a.stride(0)) == width && a.device_type() == nb::device::cpu::value;
-        M3_CHECK(ok, "CacheSpec: caches[{}]['{}'] must be a writable C-contiguous float32 host array [{}, {}] "
-                 "(num_blocks x block_size rows): refused, not converted", l, name, slots, width);
+        const bool arr = nb::try_cast(o, a, false);
+        const bool shape_ok = arr && a.ndim() == 2 && int64_t(a.shape(0)) == slots && int64_t(a.shape(1)) == width &&
+                              a.stride(1) == 1 && int64_t(a.stride(0)) == width;
+        if (!gpu) {
+          M3_CHECK(shape_ok && a.dtype() == nb::dtype<float>() && a.device_type() == nb::device::cpu::value,
+                   "CacheSpec: caches[{}]['{}'] must be a writable C-contiguous float32 host array [{}, {}] "
+                   "(num_blocks x block_size rows): refused, not converted", l, name, slots, width);
+        } else {
+          // FP8 E4M3 codes (uint8 or float8_e4m3fn) or BF16, one type per cache kind
+          const nb::dlpack::dtype dt = arr ? a.dtype() : nb::dlpack::dtype{};
+          const bool fp8 = dt.lanes == 1 && dt.bits == 8 &&
+                           (dt.code == uint8_t(nb::dlpack::dtype_code::UInt) ||
+                            dt.code == uint8_t(nb::dlpack::dtype_code::Float8_E4M3FN));
+          const bool bf16 = dt.lanes == 1 && dt.bits == 16 && dt.code == uint8_t(nb::dlpack::dtype_code::Bfloat);
+          M3_CHECK(shape_ok && (fp8 || bf16) && a.device_type() == nb::device::cuda::value,
+                   "CacheSpec: caches[{}]['{}'] must be a C-contiguous CUDA array [{}, {}] (num_blocks x block_size "
+                   "rows) of FP8 E4M3 codes (uint8 or float8_e4m3fn) or bfloat16: refused, not converted", l, name,
+                   slots, width);
+          const DType t = fp8 ? DType::F8_E4M3 : DType::BF16;
+          DType& kind = std::string(name) == "ik" ? ik_dtype_ : kv_dtype_;
+          M3_CHECK(kind == DType::U8 || kind == t, "CacheSpec: caches[{}]['{}'] is {}, the other {} caches are {}", l,
+                   name, dtype_name(t), std::string(name) == "ik" ? "index-K" : "K/V", dtype_name(kind));
+          kind = t;
+          M3_CHECK(device_id_ < 0 || device_id_ == int(a.device_id()),
+                   "CacheSpec: caches[{}]['{}'] is on GPU {}, the others on GPU {}", l, name, a.device_id(), device_id_);
+          device_id_ = int(a.device_id());
+        }
         keep_.push_back(o);
-        return static_cast<float*>(a.data());
+        return a.data();
       };
       k_.push_back(take("k", s.kv_dim()));
       v_.push_back(take("v", s.kv_dim()));
       ik_.push_back(s.sparse(l) ? take("ik", s.index_dim) : nullptr);
       if (!s.sparse(l))
         M3_CHECK(!d.contains("ik"), "CacheSpec: caches[{}] has an 'ik' but layer {} is a full-attention layer", l, l);
+      // FP8 scales (stored value x scale), 1 by default
+      std::array<float, 3> sc{1.f, 1.f, 1.f};
+      const char* sn[3] = {"k_scale", "v_scale", "ik_scale"};
+      for (int i = 0; i < 3; ++i)
+        if (d.contains(sn[i])) {
+          M3_CHECK(gpu, "CacheSpec: caches[{}]['{}']: the CPU reference's fp32 caches take no scale", l, sn[i]);
+          sc[size_t(i)] = nb::cast<float>(d[sn[i]]);
+        }
+      scales_.push_back(sc);
     }
   }
   const PreparedLayout* layout() const { return layout_; }
   int num_blocks() const { return num_blocks_; }
-  const std::vector<float*>& k() const { return k_; }
-  const std::vector<float*>& v() const { return v_; }
-  const std::vector<float*>& ik() const { return ik_; }
+  const std::string& device() const { return device_; }
+  int device_id() const { return device_id_; }
+  DType kv_dtype() const { return kv_dtype_; }
+  DType ik_dtype() const { return ik_dtype_ == DType::U8 ? DType::F8_E4M3 : ik_dtype_; }
+  const std::vector<std::array<float, 3>>& scales() const { return scales_; }
+  std::vector<float*> k() const { return as_f32(k_); }
+  std::vector<float*> v() const { return as_f32(v_); }
+  std::vector<float*> ik() const { return as_f32(ik_); }
+  const std::vector<void*>& k_raw() const { return k_; }
+  const std::vector<void*>& v_raw() const { return v_; }
+  const std::vector<void*>& ik_raw() const { return ik_; }
 
  private:
+  static std::vector<float*> as_f32(const std::vector<void*>& p) {
+    std::vector<float*> f;
+    for (void* q : p) f.push_back(static_cast<float*>(q));
+    return f;
+  }
   const PreparedLayout* layout_ = nullptr;
-  int num_blocks_ = 0;
-  std::vector<float*> k_, v_, ik_;
+  int num_blocks_ = 0, device_id_ = -1;
+  std::string device_;
+  DType kv_dtype_ = DType::U8, ik_dtype_ = DType::U8;  // U8: not seen yet
+  std::vector<void*> k_, v_, ik_;
+  std::vector<std::array<float, 3>> scales_;
   std::vector<nb::object> keep_;
 };
 
@@ -386,38 +443,74 @@ struct TPContext {
   int size() const { return comm->size(); }
 };
 
-// The layers over borrowed tensors and caches (ref/layers.h on the CPU). The specs and the cache
-// arrays are kept alive as long as this object.
+// The layers over borrowed tensors and caches: the CPU reference's (ref/layers.h) for device "cpu",
+// the native GPU path's (native/device_layers.h) for "cuda". The specs and the cache arrays are
+// kept alive as long as this object. On the GPU every call is enqueued on `stream` (a CUDA stream
+// handle as an int, e.g. torch.cuda.current_stream().cuda_stream; 0: the default stream) and the
+// residual stream, the embeddings and the logits are float32 CUDA arrays the caller owns.
+using F32Array = nb::ndarray<float, nb::c_contig>;
 class NativeLayers {
  public:
   NativeLayers(const Layout& lay, nb::object model, nb::list layers, const CacheSpec& caches, int threads,
-               const TPContext* tp) {
+               const TPContext* tp, int max_tokens, int max_model_len) {
     const PreparedLayout& L = lay.layout();
     const ModelSpec& s = L.spec;
     const LayerSpec& m = nb::cast<const LayerSpec&>(model);
     M3_CHECK(m.layer() == -1 && m.layout() == &L, "NativeLayers: `model` must be the LayerSpec(layout, -1, ...) of "
              "this layout (the embedding, lm_head and final norm)");
-    M3_CHECK(m.device() == "cpu", "NativeLayers: device {}: this build runs the library level on the CPU reference "
-             "only", m.device());
+    gpu_ = m.device() == "cuda";
     M3_CHECK(int(nb::len(layers)) == s.num_layers, "NativeLayers: {} layer specs for a model of {} layers",
              nb::len(layers), s.num_layers);
     std::vector<ref::BorrowedLayer> per;
     for (int l = 0; l < s.num_layers; ++l) {
       const LayerSpec& x = nb::cast<const LayerSpec&>(layers[l]);
-      M3_CHECK(x.layer() == l && x.layout() == &L && x.device() == "cpu",
-               "NativeLayers: layers[{}] is the spec of layer {} (of {} layout, device {})", l, x.layer(),
-               x.layout() == &L ? "this" : "another", x.device());
+      M3_CHECK(x.layer() == l && x.layout() == &L && x.device() == m.device(),
+               "NativeLayers: layers[{}] is the spec of layer {} (of {} layout, device {}; the model's: {})", l,
+               x.layer(), x.layout() == &L ? "this" : "another", x.device(), m.device());
       per.push_back(x.borrowed());
     }
     M3_CHECK(caches.layout() == &L, "NativeLayers: the CacheSpec is of another Layout");
+    M3_CHECK(caches.device() == m.device(), "NativeLayers: the caches are on {}, the weights on {}", caches.device(),
+             m.device());
     keep_.push_back(model);
     keep_.push_back(layers);
-    nb::gil_scoped_release release;  // the other ranks' threads build theirs meanwhile
-    rl_ = std::make_unique<ref::RefLayers>(L, m.borrowed(), std::move(per), caches.num_blocks(), caches.k(), caches.v(),
-                                           caches.ik(), threads, tp ? tp->comm : nullptr);
+    if (!gpu_) {
+      nb::gil_scoped_release release;  // the other ranks' threads build theirs meanwhile
+      rl_ = std::make_unique<ref::RefLayers>(L, m.borrowed(), std::move(per), caches.num_blocks(), caches.k(),
+                                             caches.v(), caches.ik(), threads, tp ? tp->comm : nullptr);
+      return;
+    }
+#if M3_WITH_CUDA
+    M3_CHECK(!tp || tp->comm->size() == 1, "NativeLayers: tensor parallelism on the GPU library level is not built "
+             "yet (rank {} of {}): run the engine (LLM(tp=...)) or the CPU reference's layers", tp ? tp->rank() : 0,
+             tp ? tp->size() : 1);
+    device_ = caches.device_id();
+    M3_CUDA_CHECK(cudaSetDevice(device_));
+    std::vector<std::pair<TensorSpec, const void*>> all(m.borrowed().begin(), m.borrowed().end());
+    for (const auto& t : per) all.insert(all.end(), t.begin(), t.end());
+    for (const auto& [spec, p] : all) {
+      cudaPointerAttributes pa{};
+      M3_CUDA_CHECK(cudaPointerGetAttributes(&pa, p));
+      M3_CHECK(pa.device == device_, "NativeLayers: tensor '{}' is on GPU {}, the caches on GPU {}", spec.name,
+               pa.device, device_);
+    }
+    auto weights = std::shared_ptr<const native::PreparedWeights>(native::PreparedWeights::borrow(L, all));
+    const ModelSpec& rs = lay.rank_spec();
+    auto shape = native::kv_cache_shape(rs, caches.num_blocks(), caches.kv_dtype(), caches.ik_dtype());
+    auto cache = std::make_unique<native::DeviceKvCache>(shape, caches.k_raw(), caches.v_raw(), caches.ik_raw());
+    for (int l = 0; l < rs.num_layers; ++l) {
+      const auto& sc = caches.scales()[size_t(l)];
+      cache->set_scales(l, sc[0], sc[1], sc[2]);
+    }
+    const int len = max_model_len > 0 ? max_model_len : caches.num_blocks() * rs.index_block;
+    dl_ = std::make_unique<native::DeviceLayers>(std::move(weights), std::move(cache), max_tokens, len);
+#else
+    (void)max_tokens, (void)max_model_len;
+    M3_FAIL("NativeLayers: device cuda: this build has no CUDA (built without nvcc)");
+#endif
   }
   // seqs: (start_pos, [token ids], [block table]) or with a 4th item all_logits
-  void prepare_step(nb::list seqs) {
+  void prepare_step(nb::list seqs, uintptr_t stream) {
     StepBatch b;
     for (nb::handle h : seqs) {
       nb::tuple t = nb::cast<nb::tuple>(h);
@@ -430,47 +523,117 @@ class NativeLayers {
       q.all_logits = nb::len(t) == 4 && nb::cast<bool>(t[3]);
       b.seqs.push_back(std::move(q));
     }
-    rl_->prepare_step(b);
-  }
-  nb::object embed() {
-    const int H = rl_->spec().hidden;
-    std::vector<float> x = rl_->embed();
-    const size_t T = x.size() / size_t(H);
-    return numpy_of(std::move(x), {T, size_t(H)});
-  }
-  void forward_layer(int layer, nb::ndarray<float, nb::c_contig, nb::device::cpu> x) {
-    check_x(x);
+    if (!gpu_) return rl_->prepare_step(b);
+#if M3_WITH_CUDA
+    M3_CUDA_CHECK(cudaSetDevice(device_));
     nb::gil_scoped_release release;
-    rl_->forward_layer(layer, x.data());
+    dl_->prepare_step(b, cuda_stream(stream));
+#endif
+  }
+  int num_tokens() const { return gpu_ ? gpu_tokens() : rl_->plan().num_tokens; }
+  int num_out_rows() const { return gpu_ ? gpu_out_rows() : int(rl_->plan().out_tokens.size()); }
+  int hidden() const { return spec().hidden; }
+  int vocab_size() const { return spec().vocab_size; }
+  std::string device() const { return gpu_ ? "cuda" : "cpu"; }
+
+  nb::object embed(std::optional<F32Array> out, uintptr_t stream) {
+    const int H = spec().hidden;
+    if (!gpu_) {
+      M3_CHECK(!out, "NativeLayers.embed: on the CPU it returns a new array (no `out`)");
+      std::vector<float> x = rl_->embed();
+      const size_t T = x.size() / size_t(H);
+      return numpy_of(std::move(x), {T, size_t(H)});
+    }
+    M3_CHECK(out.has_value(), "NativeLayers.embed: on the GPU pass `out`, a float32 CUDA array [{}, {}]", num_tokens(), H);
+    check_2d(*out, "out", num_tokens(), H);
+#if M3_WITH_CUDA
+    M3_CUDA_CHECK(cudaSetDevice(device_));
+    {
+      nb::gil_scoped_release release;
+      dl_->embed(out->data(), cuda_stream(stream));
+    }
+#endif
+    return nb::none();  // written into `out`
+  }
+  void forward_layer(int layer, F32Array x, uintptr_t stream) {
+    M3_CHECK(0 <= layer && layer < spec().num_layers, "NativeLayers.forward_layer: layer {} of {}", layer,
+             spec().num_layers);
+    forward_layers(layer, layer + 1, x, stream);
   }
   // layers [first, last) in order (the contiguous range a runner takes; mono's forward_layers)
-  void forward_layers(int first, int last, nb::ndarray<float, nb::c_contig, nb::device::cpu> x) {
-    check_x(x);
-    M3_CHECK(0 <= first && first <= last && last <= rl_->spec().num_layers,
+  void forward_layers(int first, int last, F32Array x, uintptr_t stream) {
+    check_2d(x, "x", num_tokens(), spec().hidden);
+    M3_CHECK(0 <= first && first <= last && last <= spec().num_layers,
              "NativeLayers.forward_layers: [{}, {}) is not a range of the model's {} layers", first, last,
-             rl_->spec().num_layers);
-    nb::gil_scoped_release release;
-    for (int l = first; l < last; ++l) rl_->forward_layer(l, x.data());
-  }
-  nb::object logits(nb::ndarray<float, nb::c_contig, nb::device::cpu> x) {
-    check_x(x);
-    std::vector<float> out;
-    {
-      nb::gil_scoped_release release;  // a collective: the other ranks' threads must run
-      out = rl_->logits(x.data());
+             spec().num_layers);
+    if (!gpu_) {
+      nb::gil_scoped_release release;
+      for (int l = first; l < last; ++l) rl_->forward_layer(l, x.data());
+      return;
     }
-    const size_t V = size_t(rl_->spec().vocab_size);
-    return numpy_of(std::move(out), {out.size() / V, V});
+#if M3_WITH_CUDA
+    M3_CUDA_CHECK(cudaSetDevice(device_));
+    nb::gil_scoped_release release;
+    dl_->forward_layers(first, last, x.data(), cuda_stream(stream));
+#endif
+  }
+  nb::object logits(F32Array x, std::optional<F32Array> out, uintptr_t stream) {
+    check_2d(x, "x", num_tokens(), spec().hidden);
+    const size_t V = size_t(spec().vocab_size);
+    if (!gpu_) {
+      M3_CHECK(!out, "NativeLayers.logits: on the CPU it returns a new array (no `out`)");
+      std::vector<float> o;
+      {
+        nb::gil_scoped_release release;  // a collective: the other ranks' threads must run
+        o = rl_->logits(x.data());
+      }
+      return numpy_of(std::move(o), {o.size() / V, V});
+    }
+    M3_CHECK(out.has_value(), "NativeLayers.logits: on the GPU pass `out`, a float32 CUDA array [{}, {}]",
+             num_out_rows(), V);
+    check_2d(*out, "out", num_out_rows(), int(V));
+#if M3_WITH_CUDA
+    M3_CUDA_CHECK(cudaSetDevice(device_));
+    {
+      nb::gil_scoped_release release;
+      dl_->logits(x.data(), out->data(), cuda_stream(stream));
+    }
+#endif
+    return nb::none();  // written into `out`
   }
 
  private:
-  void check_x(const nb::ndarray<float, nb::c_contig, nb::device::cpu>& x) const {
-    M3_CHECK(x.ndim() == 2 && int64_t(x.shape(0)) == rl_->plan().num_tokens &&
-                 int64_t(x.shape(1)) == rl_->spec().hidden,
-             "NativeLayers: the residual stream must be float32 [{}, {}] (the step's tokens x hidden)",
-             rl_->plan().num_tokens, rl_->spec().hidden);
+  const ModelSpec& spec() const {
+#if M3_WITH_CUDA
+    if (gpu_) return dl_->spec();
+#endif
+    return rl_->spec();
   }
+#if M3_WITH_CUDA
+  static cudaStream_t cuda_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+  int gpu_tokens() const { return dl_->num_tokens(); }
+  int gpu_out_rows() const { return dl_->num_out_rows(); }
+#else
+  int gpu_tokens() const { return 0; }
+  int gpu_out_rows() const { return 0; }
+#endif
+  // a float32 C-contiguous [rows, cols] array on this object's device
+  void check_2d(const F32Array& a, const char* name, int rows, int cols) const {
+    const bool on_dev = a.device_type() == (gpu_ ? nb::device::cuda::value : nb::device::cpu::value) &&
+                        (!gpu_ || int(a.device_id()) == device_);
+    M3_CHECK(a.ndim() == 2 && int64_t(a.shape(0)) == rows && int64_t(a.shape(1)) == cols && on_dev,
+             "NativeLayers: `{}` must be a float32 C-contiguous {} array [{}, {}] (got {} dims{}, on {}{})", name,
+             gpu_ ? fmt::format("CUDA (GPU {})", device_) : std::string("host"), rows, cols, a.ndim(),
+             a.ndim() == 2 ? fmt::format(" [{}, {}]", a.shape(0), a.shape(1)) : std::string(),
+             a.device_type() == nb::device::cpu::value ? "the host" : "a GPU",
+             a.device_type() == nb::device::cpu::value ? "" : fmt::format(" {}", a.device_id()));
+  }
+  bool gpu_ = false;
+  int device_ = -1;
   std::unique_ptr<ref::RefLayers> rl_;
+#if M3_WITH_CUDA
+  std::unique_ptr<native::DeviceLayers> dl_;
+#endif
   std::vector<nb::object> keep_;
 };
 
@@ -524,12 +687,21 @@ NB_MODULE(_m3mono, m) {
       .def_prop_ro("size", &TPGroup::size)
       .def("rank", [](TPGroup& g, int r) { return TPContext{g.rank(r)}; }, nb::arg("rank"));
   nb::class_<NativeLayers>(m, "NativeLayers")
-      .def(nb::init<const Layout&, nb::object, nb::list, const CacheSpec&, int, const TPContext*>(), nb::arg("layout"),
-           nb::arg("model"), nb::arg("layers"), nb::arg("caches"), nb::arg("threads") = 0,
-           nb::arg("tp").none() = nb::none(), nb::keep_alive<1, 2>(), nb::keep_alive<1, 5>())
-      .def("prepare_step", &NativeLayers::prepare_step, nb::arg("seqs"))
-      .def("embed", &NativeLayers::embed)
-      .def("forward_layer", &NativeLayers::forward_layer, nb::arg("layer"), nb::arg("x").noconvert())
-      .def("forward_layers", &NativeLayers::forward_layers, nb::arg("first"), nb::arg("last"), nb::arg("x").noconvert())
-      .def("logits", &NativeLayers::logits, nb::arg("x").noconvert());
+      .def(nb::init<const Layout&, nb::object, nb::list, const CacheSpec&, int, const TPContext*, int, int>(),
+           nb::arg("layout"), nb::arg("model"), nb::arg("layers"), nb::arg("caches"), nb::arg("threads") = 0,
+           nb::arg("tp").none() = nb::none(), nb::arg("max_tokens") = 256, nb::arg("max_model_len") = 0,
+           nb::keep_alive<1, 2>(), nb::keep_alive<1, 5>())
+      .def("prepare_step", &NativeLayers::prepare_step, nb::arg("seqs"), nb::arg("stream") = 0)
+      .def_prop_ro("num_tokens", &NativeLayers::num_tokens)
+      .def_prop_ro("num_out_rows", &NativeLayers::num_out_rows)
+      .def_prop_ro("hidden", &NativeLayers::hidden)
+      .def_prop_ro("vocab_size", &NativeLayers::vocab_size)
+      .def_prop_ro("device", &NativeLayers::device)
+      .def("embed", &NativeLayers::embed, nb::arg("out").noconvert().none() = nb::none(), nb::arg("stream") = 0)
+      .def("forward_layer", &NativeLayers::forward_layer, nb::arg("layer"), nb::arg("x").noconvert(),
+           nb::arg("stream") = 0)
+      .def("forward_layers", &NativeLayers::forward_layers, nb::arg("first"), nb::arg("last"), nb::arg("x").noconvert(),
+           nb::arg("stream") = 0)
+      .def("logits", &NativeLayers::logits, nb::arg("x").noconvert(), nb::arg("out").noconvert().none() = nb::none(),
+           nb::arg("stream") = 0);
 }

@@ -21,29 +21,9 @@ import sys
 import numpy as np
 
 import m3mono
+from checks import check, fails, refused
 
 src, binary = sys.argv[1], sys.argv[2]
-fails = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        fails.append(what)
-
-
-def refused(f, *needles):
-    try:
-        f()
-    except m3mono.Error as e:
-        msg = str(e)
-        ok = all(n in msg for n in needles)
-        return ok, msg
-    except Exception as e:  # noqa: BLE001 - any other exception is a failure of the contract
-        return False, f"{type(e).__name__}: {e}"
-    return False, "accepted"
-
-
 model = os.path.join(src, "tests", "data", "tiny-m3-a")
 lay = m3mono.Layout(model)
 info = m3mono.info(model)
@@ -193,8 +173,11 @@ for what, arg in (("float64", x.astype(np.float64)), ("a transposed view", np.as
 ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs[:-1], m3mono.CacheSpec(lay, blocks, caches)),
                   "layer specs")
 check(ok, f"a missing layer is refused: {msg}")
-ok, msg = refused(lambda: m3mono.CacheSpec(lay, blocks, caches, device="cuda"), "device cuda")
-check(ok, f"device caches are not borrowed yet, and say so: {msg}")
+ok, msg = refused(lambda: m3mono.CacheSpec(lay, blocks, caches, device="cuda"), "caches[0]['k']", "CUDA array",
+                  "not converted")
+check(ok, f"host arrays as GPU caches are refused: {msg}")
+ok, msg = refused(lambda: nl.logits(x, out=np.zeros((2, 4), np.float32)), "no `out`")
+check(ok, f"the CPU layers' logits take no `out`: {msg}")
 ok, msg = refused(lambda: nl.forward_layers(3, 1, np.zeros((1, 1), np.float32)), "float32")
 check(ok, f"a residual stream of the wrong shape is refused: {msg}")
 other = m3mono.Layout(model)

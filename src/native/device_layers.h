@@ -1,0 +1,52 @@
+// The native GPU path's layers over BORROWED device tensors: the library level's NativeLayers on the
+// GPU (issue 16; python: m3mono.NativeLayers with device="cuda"). A host framework owns the prepared
+// weights (by tensor name: model/prepared_tensors.h, PreparedWeights::borrow) and the paged device
+// caches (DeviceKvCache's borrowing constructor); this object owns only its activations and step
+// metadata (scratch), and drives one pass at a time:
+//   prepare_step(batch)             the step's token rows and tables (one pass: at most max_tokens)
+//   embed(x)                        x [T][hidden] fp32 = the embeddings of the step's tokens
+//   forward_layers(first, last, x)  layers [first, last) over the residual stream x, in place
+//   logits(x, out)                  out [R][vocab] fp32: final norm and lm_head of the rows that
+//                                   return logits (the last token of each sequence, or every token
+//                                   of an all_logits one), in output order
+// Everything is enqueued on the caller's stream (nothing synchronizes but prepare_step's host
+// copies), so the layer calls capture into a CUDA graph. The ops are the native plan's, built with
+// the norms unfused (each layer starts from its own input norm, so a layer range is self-contained:
+// the same bits as the fused plans, kernels/fused_norm_params.h), so the logits are the engine's.
+#pragma once
+#include <memory>
+
+#include "native/forward.h"
+#include "runtime/backend.h"
+
+namespace m3::native {
+
+class DeviceLayers {
+ public:
+  // max_tokens: rows of one pass; max_model_len: the longest sequence (attention chunk sizes: the
+  // engine's bits when it equals the engine's).
+  DeviceLayers(std::shared_ptr<const PreparedWeights> weights, std::unique_ptr<DeviceKvCache> cache, int max_tokens,
+               int max_model_len);
+
+  const ModelSpec& spec() const { return fw_->spec(); }
+  int num_tokens() const { return plan_ ? plan_->shape.rows : 0; }
+  int num_out_rows() const { return int(out_rows_.size()); }
+  DeviceKvCache& cache() { return *cache_; }
+  const ForwardModel& model() const { return fw_->model(); }
+
+  void prepare_step(const StepBatch& batch, cudaStream_t stream);
+  void embed(float* x, cudaStream_t stream);
+  void forward_layers(int first, int last, float* x, cudaStream_t stream);
+  void logits(const float* x, float* out, cudaStream_t stream);
+
+ private:
+  void load_x(const float* x, cudaStream_t stream);
+  const LayerPlan& plan(const char* what) const;
+
+  std::unique_ptr<DeviceKvCache> cache_;
+  std::unique_ptr<Forward> fw_;
+  std::unique_ptr<LayerPlan> plan_;
+  std::vector<int32_t> out_rows_;
+};
+
+}  // namespace m3::native

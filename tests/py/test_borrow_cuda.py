@@ -1,0 +1,155 @@
+"""The library level of the Python module on the GPU (issue 16), run on the GPU machine (torch is
+there): tiny-m3-a's prepared arena handed over as torch CUDA tensors (bf16 words as torch.bfloat16,
+codes and scales as stored), paged FP8 caches allocated as torch uint8
+tensors and poisoned with E4M3 NaN, and a decode loop in Python through m3mono.NativeLayers on
+"cuda" (prepare_step, embed, forward_layers over random cuts of the model, logits into torch
+tensors, on torch's current stream):
+- its greedy ids equal `m3mono generate --device cuda --weights prepared` for each prompt;
+- the layer calls capture into a torch CUDA graph, and a replay gives the eager bits;
+- creating it takes no memory through torch (torch.cuda.memory_allocated unchanged) and keeps the
+  borrowed tensors (LayerSpec.data_ptr is the tensor's data_ptr);
+- wrong tensors are refused with m3mono.Error (host tensors for the GPU, a float32 cache, a CPU
+  residual stream, a missing `out`), and the interpreter survives them.
+Usage: python3 tests/py/test_borrow_cuda.py SRC_DIR M3MONO_BINARY"""
+import os
+import random
+import subprocess
+import sys
+
+import torch
+
+import m3mono
+from checks import check, fails, refused
+
+src, binary = sys.argv[1], sys.argv[2]
+seed = int(os.environ.get("M3_TEST_SEED", random.randrange(1 << 30)))
+print(f"seed {seed}")
+rng = random.Random(seed)
+model = os.path.join(src, "tests", "data", "tiny-m3-a")
+lay = m3mono.Layout(model)
+info = m3mono.info(model)
+arrs = m3mono.prepared_arrays(lay)
+dev = torch.device("cuda", 0)
+
+
+def to_cuda(a, name):
+    t = torch.from_numpy(a)
+    if a.dtype.name == "uint16":
+        t = t.view(torch.bfloat16)  # bf16 words
+    return t.to(dev)
+
+
+torch.cuda.synchronize()
+t_model = {n: to_cuda(a, n) for n, a in arrs["model"].items()}
+t_layers = [{n: to_cuda(a, n) for n, a in d.items()} for d in arrs["layers"]]
+mspec = m3mono.LayerSpec(lay, -1, t_model, device="cuda")
+specs = [m3mono.LayerSpec(lay, l, t_layers[l], device="cuda") for l in range(lay.num_layers)]
+ptr_ok = all(specs[l].data_ptr(n) == t.data_ptr() for l in range(lay.num_layers) for n, t in t_layers[l].items())
+check(ptr_ok, "LayerSpec borrows every CUDA tensor (data_ptr identical)")
+
+blocks, bs = 96, info["index_block_size"]
+kv_dim = info["num_key_value_heads"] * info["head_dim"]
+slots = blocks * bs
+caches = []
+for l in range(lay.num_layers):
+    c = {"k": torch.full((slots, kv_dim), 0x7f, dtype=torch.uint8, device=dev),
+         "v": torch.full((slots, kv_dim), 0x7f, dtype=torch.uint8, device=dev)}
+    if "iq_norm" in {t["name"] for t in lay.layer_tensors(l)}:
+        c["ik"] = torch.full((slots, info["index_head_dim"]), 0x7f, dtype=torch.uint8, device=dev)
+    caches.append(c)
+
+# refusals (nothing converted; the interpreter survives)
+ok, msg = refused(lambda: m3mono.LayerSpec(lay, 1, arrs["layers"][1], device="cuda"), "host memory")
+check(ok, f"host arrays for the GPU are refused: {msg}")
+bad = [dict(c) for c in caches]
+bad[0] = dict(bad[0], k=torch.zeros((slots, kv_dim), dtype=torch.float32, device=dev))
+ok, msg = refused(lambda: m3mono.CacheSpec(lay, blocks, bad, device="cuda"), "caches[0]['k']", "not converted")
+check(ok, f"a float32 device cache is refused: {msg}")
+
+cspec = m3mono.CacheSpec(lay, blocks, caches, device="cuda")
+before = torch.cuda.memory_allocated()
+nl = m3mono.NativeLayers(lay, mspec, specs, cspec, max_tokens=512)
+check(torch.cuda.memory_allocated() == before, "NativeLayers takes no memory through torch")
+check(nl.device == "cuda", "NativeLayers runs on cuda")
+L, H, V = lay.num_layers, nl.hidden, nl.vocab_size
+
+
+def cli_ids(prompt, n):
+    out = subprocess.run([binary, "generate", "--model", model, "--device", "cuda", "--weights", "prepared",
+                          "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", str(n)],
+                         capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    return [int(x) for x in out.split(",")]
+
+
+def run_step(seqs, cuts=True):
+    """One step through the layer loop; returns the logits (torch, [R, V]) and the final x."""
+    stream = torch.cuda.current_stream().cuda_stream
+    nl.prepare_step(seqs, stream=stream)
+    T, R = nl.num_tokens, nl.num_out_rows
+    x = torch.full((T, H), float("nan"), device=dev)
+    out = torch.full((R, V), float("nan"), device=dev)
+    nl.embed(x, stream=stream)
+    l0 = 0
+    while l0 < L:
+        l1 = rng.randint(l0 + 1, L) if cuts else L
+        nl.forward_layers(l0, l1, x, stream=stream)
+        l0 = l1
+    nl.logits(x, out, stream=stream)
+    torch.cuda.synchronize()
+    return out, x
+
+
+vocab = info["vocab_size"]
+prompts = [[rng.randrange(vocab) for _ in range(rng.randrange(3, 40))] for _ in range(2)]
+n_new = 8
+ids = {id(p): [] for p in prompts}
+perm = list(range(blocks))
+rng.shuffle(perm)
+tables = [perm[0:20], perm[20:40]]
+out, _ = run_step([(0, p, tables[i][: (len(p) + bs - 1) // bs]) for i, p in enumerate(prompts)])
+check(bool(torch.isfinite(out).all()), "prefill logits finite")
+nxt = [int(t) for t in out.argmax(dim=1).tolist()]
+pos = [len(p) for p in prompts]
+gen = [[nxt[0]], [nxt[1]]]
+for step in range(n_new - 1):
+    seqs = [(pos[i], [gen[i][-1]], tables[i][: (pos[i] + 1 + bs - 1) // bs]) for i in range(2)]
+    out, _ = run_step(seqs)
+    check(bool(torch.isfinite(out).all()), f"decode step {step}: logits finite") if step == 0 else None
+    for i in range(2):
+        gen[i].append(int(out[i].argmax()))
+        pos[i] += 1
+for i, p in enumerate(prompts):
+    want = cli_ids(p, n_new)
+    check(gen[i] == want, f"prompt {i} ({len(p)} tokens): greedy ids through NativeLayers {gen[i]} == the CLI's {want}")
+
+# CUDA graph: the layer calls of one decode step captured by torch, replayed: the eager bits
+seqs = [(pos[i], [gen[i][-1]], tables[i][: (pos[i] + 1 + bs - 1) // bs]) for i in range(2)]
+eager, x_eager = run_step(seqs, cuts=False)
+nl.prepare_step(seqs, stream=torch.cuda.current_stream().cuda_stream)
+x = torch.full((2, H), float("nan"), device=dev)
+out = torch.full((2, V), float("nan"), device=dev)
+g = torch.cuda.CUDAGraph()
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    with torch.cuda.graph(g, stream=s):
+        h = torch.cuda.current_stream().cuda_stream
+        nl.embed(x, stream=h)
+        nl.forward_layers(0, L, x, stream=h)
+        nl.logits(x, out, stream=h)
+torch.cuda.current_stream().wait_stream(s)
+g.replay()
+torch.cuda.synchronize()
+check(torch.equal(out.view(torch.int32), eager.view(torch.int32)) and torch.equal(x.view(torch.int32), x_eager.view(torch.int32)),
+      "a torch CUDA graph of the layer calls replays the eager bits (logits and residual stream)")
+
+ok, msg = refused(lambda: nl.forward_layers(0, L, torch.zeros((2, H))), "CUDA")
+check(ok, f"a host residual stream is refused: {msg}")
+ok, msg = refused(lambda: nl.logits(x), "out")
+check(ok, f"logits without `out` on the GPU is refused: {msg}")
+ok, msg = refused(lambda: nl.forward_layers(0, L + 1, x), "range")
+check(ok, f"a layer range past the model is refused: {msg}")
+check(nl.num_tokens == 2, "the interpreter is still fine after the refusals")
+
+print(f"{len(fails)} failed" if fails else "all passed")
+sys.exit(1 if fails else 0)
