@@ -489,6 +489,7 @@ class NativeLayers {
     std::vector<std::pair<TensorSpec, const void*>> all(m.borrowed().begin(), m.borrowed().end());
     for (const auto& t : per) all.insert(all.end(), t.begin(), t.end());
     for (const auto& [spec, p] : all) {
+      if (!p || spec.bytes == 0) continue;
       cudaPointerAttributes pa{};
       M3_CUDA_CHECK(cudaPointerGetAttributes(&pa, p));
       M3_CHECK(pa.device == device_, "NativeLayers: tensor '{}' is on GPU {}, the caches on GPU {}", spec.name,

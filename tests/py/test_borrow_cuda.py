@@ -33,9 +33,10 @@ dev = torch.device("cuda", 0)
 
 
 def to_cuda(a, name):
-    t = torch.from_numpy(a)
-    if a.dtype.name == "uint16":
-        t = t.view(torch.bfloat16)  # bf16 words
+    if a.dtype.name == "uint16":  # bf16 words (through int16: older torch has no uint16)
+        t = torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
     return t.to(dev)
 
 
