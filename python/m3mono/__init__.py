@@ -31,6 +31,16 @@ over such specs and the caller's fp32 paged caches (the CPU reference today)::
     nl.forward_layers(0, lay.num_layers, x)                 # x: the residual stream, in place
     logits = nl.logits(x)
 
+On a GPU the same calls take CUDA tensors (device="cuda" on the specs and the CacheSpec; uint8 or
+float8_e4m3fn caches), write into the caller's arrays (`embed(out=x)`, `logits(x, out)`) and run on
+the caller's stream (`stream=torch.cuda.current_stream().cuda_stream`), so they capture into a
+CUDA graph; a graph captured over one decode step replays later steps of the same shape after
+their prepare_step. `m3mono.Mono(lay, model, layer_specs, caches)` is the fused decode path over
+the same borrowed specs (the same bits as NativeLayers): it runs decode steps of at most 4
+sequences of 1 to 4 query tokens each and refuses anything else, or a format it cannot run, with
+the reason (m3mono.Error); run each step shape once eagerly before capturing it. close() releases
+either object (idempotent; a closed object raises).
+
 Tensor parallelism: `g = m3mono.TPGroup(2)`; rank r builds its own Layout(dir, tp_rank=r, tp_size=2),
 specs and caches and `NativeLayers(..., tp=g.rank(r))`, and runs the same calls on its own thread.
 """
@@ -39,11 +49,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
-from ._m3mono import (CacheSpec, Engine, Error, LayerSpec, Layout, NativeLayers, TPContext, TPGroup, info, make_tiny,
-                      prepared_arrays)
+from ._m3mono import (CacheSpec, Engine, Error, LayerSpec, Layout, Mono, NativeLayers, TPContext, TPGroup, info,
+                      make_tiny, prepared_arrays)
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "Error", "make_tiny", "info", "Layout", "LayerSpec",
-           "CacheSpec", "NativeLayers", "TPGroup", "TPContext", "prepared_arrays"]
+           "CacheSpec", "NativeLayers", "Mono", "TPGroup", "TPContext", "prepared_arrays"]
 
 
 @dataclass

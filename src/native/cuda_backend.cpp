@@ -391,13 +391,7 @@ class CudaBackendImpl final : public CudaBackend {
   // sized for max_model_len (so the launch sequence does not depend on the contexts).
   StepMetadata bucket_metadata(const std::vector<SeqRows>& seqs, int T) const {
     StepMetadata m = build_step_metadata(seqs, spec_.index_block, opt_.num_cache_blocks, T);
-    const int W = fw_.table_width();
-    std::vector<int32_t> t(size_t(m.num_seqs) * size_t(W), -1);
-    for (int i = 0; i < m.num_seqs; ++i)
-      std::copy_n(m.block_tables.begin() + ptrdiff_t(i) * m.table_width, m.table_width,
-                  t.begin() + ptrdiff_t(i) * W);
-    m.block_tables = std::move(t);
-    m.table_width = W;
+    widen_block_tables(m, fw_.table_width());
     return m;
   }
 

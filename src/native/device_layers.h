@@ -13,10 +13,18 @@
 // copies), so the layer calls capture into a CUDA graph. The ops are the native plan's, built with
 // the norms unfused (each layer starts from its own input norm, so a layer range is self-contained:
 // the same bits as the fused plans, kernels/fused_norm_params.h), so the logits are the engine's.
+// Decode-sized steps (every sequence at most kFixedQueryLen query tokens: decode and verify rows)
+// run a plan kept per row count whose launches are sized for max_model_len (the engine's decode
+// buckets' rule), so a graph captured over one such step replays for any later step of the same
+// rows and sequences after its prepare_step; a prefill step gets a plan of its own.
+// A LayerRangeRunner (the mono path: the library level's m3mono.Mono) may take the layers of the
+// model's sparse range: forward_layers hands it the part of [first, last) inside that range.
 #pragma once
+#include <map>
 #include <memory>
 
 #include "native/forward.h"
+#include "native/layer_range.h"
 #include "runtime/backend.h"
 
 namespace m3::native {
@@ -27,6 +35,14 @@ class DeviceLayers {
   // engine's bits when it equals the engine's).
   DeviceLayers(std::shared_ptr<const PreparedWeights> weights, std::unique_ptr<DeviceKvCache> cache, int max_tokens,
                int max_model_len);
+  ~DeviceLayers();
+
+  static constexpr int kFixedQueryLen = 4;
+
+  // The runner of the sparse range (after construction: it is made over model()); null: native.
+  // prepare_step then refuses a step the runner refuses, naming its reason.
+  void set_runner(std::unique_ptr<LayerRangeRunner> runner);
+  LayerRangeRunner* runner() const { return runner_.get(); }
 
   const ModelSpec& spec() const { return fw_->spec(); }
   int num_tokens() const { return plan_ ? plan_->shape.rows : 0; }
@@ -41,11 +57,17 @@ class DeviceLayers {
 
  private:
   void load_x(const float* x, cudaStream_t stream);
+  const char* who() const;  // "NativeLayers", or "Mono" with a runner (error messages)
   const LayerPlan& plan(const char* what) const;
+
+  void run_range(const LayerPlan& p, int first, int last, cudaStream_t stream);
 
   std::unique_ptr<DeviceKvCache> cache_;
   std::unique_ptr<Forward> fw_;
-  std::unique_ptr<LayerPlan> plan_;
+  const LayerPlan* plan_ = nullptr;               // the prepared step's: one of the two below
+  std::map<int, std::unique_ptr<LayerPlan>> fixed_;  // decode-sized plans by rows (stable addresses)
+  std::unique_ptr<LayerPlan> pass_;               // the last prefill step's
+  std::unique_ptr<LayerRangeRunner> runner_;
   std::vector<int32_t> out_rows_;
 };
 

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <variant>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,8 @@
 #include <cuda_runtime.h>
 
 #include "native/cuda_check.h"
+#include "mono/mono.h"
+#include "mono/options.h"
 #include "native/device_layers.h"
 #include "native/prepared.h"
 #endif
@@ -451,6 +454,7 @@ struct TPContext {
 using F32Array = nb::ndarray<float, nb::c_contig>;
 class NativeLayers {
  public:
+  virtual ~NativeLayers() = default;
   NativeLayers(const Layout& lay, nb::object model, nb::list layers, const CacheSpec& caches, int threads,
                const TPContext* tp, int max_tokens, int max_model_len) {
     const PreparedLayout& L = lay.layout();
@@ -512,11 +516,12 @@ class NativeLayers {
   }
   // seqs: (start_pos, [token ids], [block table]) or with a 4th item all_logits
   void prepare_step(nb::list seqs, uintptr_t stream) {
+    live("prepare_step");
     StepBatch b;
     for (nb::handle h : seqs) {
       nb::tuple t = nb::cast<nb::tuple>(h);
       M3_CHECK(nb::len(t) == 3 || nb::len(t) == 4,
-               "NativeLayers.prepare_step: a sequence is (start_pos, tokens, block_table[, all_logits])");
+               "{}.prepare_step: a sequence is (start_pos, tokens, block_table[, all_logits])", name_);
       SeqStep q;
       q.start_pos = nb::cast<int32_t>(t[0]);
       q.tokens = nb::cast<std::vector<int32_t>>(t[1]);
@@ -531,21 +536,53 @@ class NativeLayers {
     dl_->prepare_step(b, cuda_stream(stream));
 #endif
   }
-  int num_tokens() const { return gpu_ ? gpu_tokens() : rl_->plan().num_tokens; }
-  int num_out_rows() const { return gpu_ ? gpu_out_rows() : int(rl_->plan().out_tokens.size()); }
-  int hidden() const { return spec().hidden; }
-  int vocab_size() const { return spec().vocab_size; }
+  int num_tokens() const {
+    live("num_tokens");
+    return gpu_ ? gpu_tokens() : rl_->plan().num_tokens;
+  }
+  int num_out_rows() const {
+    live("num_out_rows");
+    return gpu_ ? gpu_out_rows() : int(rl_->plan().out_tokens.size());
+  }
+  int hidden() const {
+    live("hidden");
+    return spec().hidden;
+  }
+  int vocab_size() const {
+    live("vocab_size");
+    return spec().vocab_size;
+  }
+  bool closed() const { return closed_; }
+  // Waits for this object's work on the device, then releases its scratch and the borrowed
+  // arrays; idempotent. Any later call raises.
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    {
+      nb::gil_scoped_release release;
+#if M3_WITH_CUDA
+      if (dl_) {
+        M3_CUDA_CHECK(cudaSetDevice(device_));
+        cudaDeviceSynchronize();
+        dl_.reset();
+      }
+#endif
+      rl_.reset();
+    }
+    keep_.clear();
+  }
   std::string device() const { return gpu_ ? "cuda" : "cpu"; }
 
   nb::object embed(std::optional<F32Array> out, uintptr_t stream) {
+    live("embed");
     const int H = spec().hidden;
     if (!gpu_) {
-      M3_CHECK(!out, "NativeLayers.embed: on the CPU it returns a new array (no `out`)");
+      M3_CHECK(!out, "{}.embed: on the CPU it returns a new array (no `out`)", name_);
       std::vector<float> x = rl_->embed();
       const size_t T = x.size() / size_t(H);
       return numpy_of(std::move(x), {T, size_t(H)});
     }
-    M3_CHECK(out.has_value(), "NativeLayers.embed: on the GPU pass `out`, a float32 CUDA array [{}, {}]", num_tokens(), H);
+    M3_CHECK(out.has_value(), "{}.embed: on the GPU pass `out`, a float32 CUDA array [{}, {}]", name_, num_tokens(), H);
     check_2d(*out, "out", num_tokens(), H);
 #if M3_WITH_CUDA
     M3_CUDA_CHECK(cudaSetDevice(device_));
@@ -557,15 +594,17 @@ class NativeLayers {
     return nb::none();  // written into `out`
   }
   void forward_layer(int layer, F32Array x, uintptr_t stream) {
-    M3_CHECK(0 <= layer && layer < spec().num_layers, "NativeLayers.forward_layer: layer {} of {}", layer,
+    live("forward_layer");
+    M3_CHECK(0 <= layer && layer < spec().num_layers, "{}.forward_layer: layer {} of {}", name_, layer,
              spec().num_layers);
     forward_layers(layer, layer + 1, x, stream);
   }
   // layers [first, last) in order (the contiguous range a runner takes; mono's forward_layers)
   void forward_layers(int first, int last, F32Array x, uintptr_t stream) {
+    live("forward_layers");
     check_2d(x, "x", num_tokens(), spec().hidden);
     M3_CHECK(0 <= first && first <= last && last <= spec().num_layers,
-             "NativeLayers.forward_layers: [{}, {}) is not a range of the model's {} layers", first, last,
+             "{}.forward_layers: [{}, {}) is not a range of the model's {} layers", name_, first, last,
              spec().num_layers);
     if (!gpu_) {
       nb::gil_scoped_release release;
@@ -579,10 +618,11 @@ class NativeLayers {
 #endif
   }
   nb::object logits(F32Array x, std::optional<F32Array> out, uintptr_t stream) {
+    live("logits");
     check_2d(x, "x", num_tokens(), spec().hidden);
     const size_t V = size_t(spec().vocab_size);
     if (!gpu_) {
-      M3_CHECK(!out, "NativeLayers.logits: on the CPU it returns a new array (no `out`)");
+      M3_CHECK(!out, "{}.logits: on the CPU it returns a new array (no `out`)", name_);
       std::vector<float> o;
       {
         nb::gil_scoped_release release;  // a collective: the other ranks' threads must run
@@ -590,7 +630,7 @@ class NativeLayers {
       }
       return numpy_of(std::move(o), {o.size() / V, V});
     }
-    M3_CHECK(out.has_value(), "NativeLayers.logits: on the GPU pass `out`, a float32 CUDA array [{}, {}]",
+    M3_CHECK(out.has_value(), "{}.logits: on the GPU pass `out`, a float32 CUDA array [{}, {}]", name_,
              num_out_rows(), V);
     check_2d(*out, "out", num_out_rows(), int(V));
 #if M3_WITH_CUDA
@@ -603,7 +643,7 @@ class NativeLayers {
     return nb::none();  // written into `out`
   }
 
- private:
+ protected:
   const ModelSpec& spec() const {
 #if M3_WITH_CUDA
     if (gpu_) return dl_->spec();
@@ -618,24 +658,82 @@ class NativeLayers {
   int gpu_tokens() const { return 0; }
   int gpu_out_rows() const { return 0; }
 #endif
+  void live(const char* what) const {
+    M3_CHECK(!closed_, "{}.{}: closed (create a new one)", name_, what);
+  }
   // a float32 C-contiguous [rows, cols] array on this object's device
   void check_2d(const F32Array& a, const char* name, int rows, int cols) const {
     const bool on_dev = a.device_type() == (gpu_ ? nb::device::cuda::value : nb::device::cpu::value) &&
                         (!gpu_ || int(a.device_id()) == device_);
     M3_CHECK(a.ndim() == 2 && int64_t(a.shape(0)) == rows && int64_t(a.shape(1)) == cols && on_dev,
-             "NativeLayers: `{}` must be a float32 C-contiguous {} array [{}, {}] (got {} dims{}, on {}{})", name,
+             "{}: `{}` must be a float32 C-contiguous {} array [{}, {}] (got {} dims{}, on {}{})", name_, name,
              gpu_ ? fmt::format("CUDA (GPU {})", device_) : std::string("host"), rows, cols, a.ndim(),
              a.ndim() == 2 ? fmt::format(" [{}, {}]", a.shape(0), a.shape(1)) : std::string(),
              a.device_type() == nb::device::cpu::value ? "the host" : "a GPU",
              a.device_type() == nb::device::cpu::value ? "" : fmt::format(" {}", a.device_id()));
   }
-  bool gpu_ = false;
+  bool gpu_ = false, closed_ = false;
   int device_ = -1;
+  const char* name_ = "NativeLayers";
   std::unique_ptr<ref::RefLayers> rl_;
 #if M3_WITH_CUDA
   std::unique_ptr<native::DeviceLayers> dl_;
 #endif
   std::vector<nb::object> keep_;
+};
+
+// The mono path over the same borrowed specs (issue 16's Mono): NativeLayers' calls, with the
+// layers of the model's sparse range run by the fused persistent kernel (mono/mono.h) and the rest
+// natively, bitwise what NativeLayers gives. It serves decode steps (at most 4 sequences of 1 .. 4
+// query tokens, all of one length); prepare_step refuses any other naming why. Creation refuses
+// (m3mono.Error with every reason) what mono cannot run (a weight format, a cache format, the
+// GPU's co-residency). Beyond NativeLayers' scratch it allocates only its task tables and counters
+// (per step shape and layer range, at the first eager call of each: run one step eagerly before
+// capturing a CUDA graph of it).
+class Mono : public NativeLayers {
+ public:
+  Mono(const Layout& lay, nb::object model, nb::list layers, const CacheSpec& caches, const TPContext* tp,
+       int max_model_len, const std::string& options)
+      : NativeLayers(cuda_only(lay, model), model, layers, caches, 0, tp, kMonoTokens, max_model_len) {
+#if M3_WITH_CUDA
+    const mono::MonoOptions opt = mono::parse_options(options);
+    M3_CUDA_CHECK(cudaSetDevice(device_));
+    auto made = mono::create(dl_->model(), opt);
+    if (auto* r = std::get_if<mono::Refusal>(&made)) {
+      close();
+      M3_FAIL("Mono: {}", r->text());
+    }
+    auto& runner = std::get<std::unique_ptr<mono::MonoRunner>>(made);
+    mono_ = runner.get();
+    dl_->set_runner(std::move(runner));
+    name_ = "Mono";
+#else
+    (void)options;
+#endif
+  }
+  std::string describe() const {
+    live("describe");
+#if M3_WITH_CUDA
+    return mono_->describe();
+#else
+    return "";
+#endif
+  }
+
+ private:
+  static constexpr int kMonoTokens = 16;  // 4 sequences of up to 4 query tokens
+  static const Layout& cuda_only(const Layout& lay, nb::object model) {
+    const LayerSpec& m = nb::cast<const LayerSpec&>(model);
+    M3_CHECK(m.device() == "cuda", "Mono: the fused decode path runs on a CUDA device; these specs are on {} "
+             "(NativeLayers runs them there)", m.device());
+#if !M3_WITH_CUDA
+    M3_FAIL("Mono: this build has no CUDA (built without nvcc)");
+#endif
+    return lay;
+  }
+#if M3_WITH_CUDA
+  mono::MonoRunner* mono_ = nullptr;
+#endif
 };
 
 }  // namespace
@@ -704,5 +802,12 @@ NB_MODULE(_m3mono, m) {
       .def("forward_layers", &NativeLayers::forward_layers, nb::arg("first"), nb::arg("last"), nb::arg("x").noconvert(),
            nb::arg("stream") = 0)
       .def("logits", &NativeLayers::logits, nb::arg("x").noconvert(), nb::arg("out").noconvert().none() = nb::none(),
-           nb::arg("stream") = 0);
+           nb::arg("stream") = 0)
+      .def("close", &NativeLayers::close)
+      .def_prop_ro("closed", &NativeLayers::closed);
+  nb::class_<Mono, NativeLayers>(m, "Mono")
+      .def(nb::init<const Layout&, nb::object, nb::list, const CacheSpec&, const TPContext*, int, const std::string&>(),
+           nb::arg("layout"), nb::arg("model"), nb::arg("layers"), nb::arg("caches"), nb::arg("tp").none() = nb::none(),
+           nb::arg("max_model_len") = 0, nb::arg("options") = "", nb::keep_alive<1, 2>(), nb::keep_alive<1, 5>())
+      .def("describe", &Mono::describe);
 }

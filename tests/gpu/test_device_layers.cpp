@@ -5,6 +5,11 @@
 // logits) over a prefill of two sequences and decode steps gives the engine's logits (CudaBackend
 // on the arena it loaded) bit for bit; the views point into the borrowed buffers (no copy), and
 // creation allocates no weight or cache memory (only activations and metadata).
+// The library level's Mono (the same layers with mono's runner on the sparse range): decode steps of
+// 1 to 4 sequences give the engine's logits bit for bit (mono never changes the bits), a prefill
+// is refused naming why, and a CUDA graph of the layer calls captured on one step replays the
+// engine's logits of later steps (the decode plans do not depend on the step's contexts).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +18,7 @@
 #include <random>
 
 #include "model/prepared_tensors.h"
+#include "mono/mono.h"
 #include "native/device_layers.h"
 #include "test_cuda_backend_util.h"
 
@@ -23,6 +29,9 @@ namespace {
 
 struct Buffers {  // device buffers the test owns (the "framework")
   std::vector<void*> p;
+  Buffers() = default;
+  Buffers(Buffers&& o) noexcept : p(std::move(o.p)) {}
+  Buffers(const Buffers&) = delete;
   ~Buffers() {
     for (void* q : p) cudaFree(q);
   }
@@ -33,6 +42,60 @@ struct Buffers {  // device buffers the test owns (the "framework")
     return q;
   }
 };
+
+// The framework's copies of every tensor of m's arena, one allocation each, and FP8 caches of
+// `blocks` blocks poisoned with E4M3 NaN.
+struct Lent {
+  Buffers fw;
+  std::vector<std::pair<TensorSpec, const void*>> borrowed;
+  native::KvCacheShape shape;
+  std::vector<void*> k, v, ik;
+  std::unique_ptr<native::DeviceKvCache> cache() const { return std::make_unique<native::DeviceKvCache>(shape, k, v, ik); }
+};
+
+Lent lend(const PreparedModel& m, int blocks) {
+  const ModelSpec& s = m.spec;
+  const PreparedLayout& L = m.pw->layout();
+  Lent r;
+  std::vector<TensorSpec> all = model_tensor_specs(L);
+  for (int l = 0; l < s.num_layers; ++l) {
+    auto t = layer_tensor_specs(L, l);
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  for (const TensorSpec& t : all) {
+    void* q = r.fw.alloc(t.bytes);
+    M3_CUDA_CHECK(cudaMemcpy(q, m.pw->device_base() + t.offset, t.bytes, cudaMemcpyDeviceToDevice));
+    r.borrowed.emplace_back(t, q);
+  }
+  r.shape = native::kv_cache_shape(s, blocks);
+  for (int l = 0; l < s.num_layers; ++l) {
+    r.k.push_back(r.fw.alloc(r.shape.kv_bytes()));
+    r.v.push_back(r.fw.alloc(r.shape.kv_bytes()));
+    r.ik.push_back(r.shape.has_index[size_t(l)] ? r.fw.alloc(r.shape.ik_bytes()) : nullptr);
+    M3_CUDA_CHECK(cudaMemset(r.k.back(), 0x7f, r.shape.kv_bytes()));  // E4M3 NaN
+    M3_CUDA_CHECK(cudaMemset(r.v.back(), 0x7f, r.shape.kv_bytes()));
+    if (r.ik.back()) M3_CUDA_CHECK(cudaMemset(r.ik.back(), 0x7f, r.shape.ik_bytes()));
+  }
+  return r;
+}
+
+// Bitwise equality of two logit arrays: the count of differing (or non-finite) values, the first
+// one described in *where.
+size_t bit_diffs(const std::vector<float>& got, const std::vector<float>& want, int V, std::string* where) {
+  size_t diff = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    uint32_t a, c;
+    std::memcpy(&a, &got[i], 4);
+    std::memcpy(&c, &want[i], 4);
+    if (a != c || !std::isfinite(got[i])) {
+      if (diff == 0)
+        *where = "row " + std::to_string(i / size_t(V)) + " column " + std::to_string(i % size_t(V)) + ": " +
+                 std::to_string(got[i]) + " vs " + std::to_string(want[i]);
+      ++diff;
+    }
+  }
+  return diff + (got.size() != want.size() ? 1 : 0);
+}
 
 }  // namespace
 
@@ -45,31 +108,10 @@ TEST(GpuDeviceLayers, BorrowedLayersAreTheEngineBitwise) {
   const PreparedLayout& L = m.pw->layout();
   const int blocks = 96, len = blocks * s.index_block, max_tokens = 512;
 
-  // the framework's copies of every tensor, one allocation each
-  Buffers fw;
-  std::vector<std::pair<TensorSpec, const void*>> borrowed;
-  std::vector<TensorSpec> all = model_tensor_specs(L);
-  for (int l = 0; l < s.num_layers; ++l) {
-    auto t = layer_tensor_specs(L, l);
-    all.insert(all.end(), t.begin(), t.end());
-  }
-  for (const TensorSpec& t : all) {
-    void* q = fw.alloc(t.bytes);
-    M3_CUDA_CHECK(cudaMemcpy(q, m.pw->device_base() + t.offset, t.bytes, cudaMemcpyDeviceToDevice));
-    borrowed.emplace_back(t, q);
-  }
-  auto shape = native::kv_cache_shape(s, blocks);
-  std::vector<void*> k, v, ik;
-  for (int l = 0; l < s.num_layers; ++l) {
-    k.push_back(fw.alloc(shape.kv_bytes()));
-    v.push_back(fw.alloc(shape.kv_bytes()));
-    ik.push_back(shape.has_index[size_t(l)] ? fw.alloc(shape.ik_bytes()) : nullptr);
-  }
-  for (int l = 0; l < s.num_layers; ++l) {
-    M3_CUDA_CHECK(cudaMemset(k[size_t(l)], 0x7f, shape.kv_bytes()));  // E4M3 NaN
-    M3_CUDA_CHECK(cudaMemset(v[size_t(l)], 0x7f, shape.kv_bytes()));
-    if (ik[size_t(l)]) M3_CUDA_CHECK(cudaMemset(ik[size_t(l)], 0x7f, shape.ik_bytes()));
-  }
+  Lent fw = lend(m, blocks);
+  auto& borrowed = fw.borrowed;
+  auto& shape = fw.shape;
+  auto &k = fw.k, &v = fw.v, &ik = fw.ik;
 
   // a missing tensor, or a foreign one, is refused naming it
   {
@@ -206,23 +248,167 @@ TEST(GpuDeviceLayers, BorrowedLayersAreTheEngineBitwise) {
       M3_CUDA_CHECK(cudaStreamSynchronize(st));
       ASSERT_EQ(T, b.num_tokens());
     }
-    ASSERT_EQ(got.size(), want.logits.size()) << "step " << step;
-    size_t diff = 0, worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      uint32_t a, c;
-      std::memcpy(&a, &got[i], 4);
-      std::memcpy(&c, &want.logits[i], 4);
-      if (a != c || !std::isfinite(got[i])) {
-        if (diff == 0) worst = i;
-        ++diff;
-      }
-    }
-    EXPECT_EQ(diff, 0u) << "step " << step << ": " << diff << " logits differ from the engine's, the first row "
-                        << worst / size_t(V) << " column " << worst % size_t(V) << ": " << got[worst] << " vs "
-                        << want.logits[worst];
+    std::string where;
+    EXPECT_EQ(bit_diffs(got, want.logits, V, &where), 0u) << "step " << step << ": logits differ from the engine's, "
+                                                             "the first at " << where;
     compared += got.size();
   }
   std::printf("  %zu logits compared bitwise with the engine's\n", compared);
+  cudaFree(x);
+  cudaFree(out);
+  cudaStreamDestroy(st);
+}
+
+TEST(GpuDeviceLayers, MonoOverBorrowedLayersIsTheEngineBitwise) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  PreparedModel m = prepare_from_dir(test_data_dir() / "tiny-m3-a");
+  const ModelSpec& s = m.spec;
+  const int blocks = 96, len = blocks * s.index_block, L = s.num_layers, H = s.hidden, V = s.vocab_size;
+  Lent fw = lend(m, blocks);
+  auto weights = std::shared_ptr<const native::PreparedWeights>(native::PreparedWeights::borrow(m.pw->layout(), fw.borrowed));
+  // NativeLayers runs the prefills, Mono the decode steps, over the same borrowed caches
+  native::DeviceLayers nat(weights, fw.cache(), 512, len);
+  native::DeviceLayers mo(weights, fw.cache(), 16, len);
+  {
+    auto made = mono::create(mo.model(), {});
+    if (auto* r = std::get_if<mono::Refusal>(&made)) FAIL() << r->text();
+    mo.set_runner(std::move(std::get<std::unique_ptr<mono::MonoRunner>>(made)));
+  }
+  auto* runner = dynamic_cast<mono::MonoRunner*>(mo.runner());
+  ASSERT_NE(runner, nullptr);
+  native::CudaBackendOptions o;
+  o.num_cache_blocks = blocks;
+  o.max_model_len = len;
+  auto engine = with_mono(m, o);
+
+  float *x = nullptr, *out = nullptr;
+  M3_CUDA_CHECK(cudaMalloc(&x, size_t(512) * H * 4));
+  M3_CUDA_CHECK(cudaMalloc(&out, size_t(512) * V * 4));
+  cudaStream_t st = nullptr;
+  M3_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  auto poison = [&] {
+    M3_CUDA_CHECK(cudaMemsetAsync(x, 0xff, size_t(512) * H * 4, st));  // NaN
+    M3_CUDA_CHECK(cudaMemsetAsync(out, 0xff, size_t(512) * V * 4, st));
+  };
+  auto fetch = [&](native::DeviceLayers& dl) {
+    std::vector<float> got(size_t(dl.num_out_rows()) * V);
+    M3_CUDA_CHECK(cudaMemcpyAsync(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost, st));
+    M3_CUDA_CHECK(cudaStreamSynchronize(st));
+    return got;
+  };
+  // the layer calls of a prepared step: the whole model, or random cuts
+  auto layers = [&](native::DeviceLayers& dl, bool cuts) {
+    dl.embed(x, st);
+    int l0 = 0;
+    while (l0 < L) {
+      const int l1 = cuts ? l0 + 1 + int(rng() % uint64_t(L - l0)) : L;
+      dl.forward_layers(l0, l1, x, st);
+      l0 = l1;
+    }
+    dl.logits(x, out, st);
+  };
+  auto refused = [&](const StepBatch& b, const std::string& why) {
+    try {
+      mo.prepare_step(b, st);
+      return std::string("accepted");
+    } catch (const Error& e) {
+      return std::string(e.what()).find(why) == std::string::npos ? std::string(e.what()) : std::string();
+    }
+  };
+
+  std::uniform_int_distribution<int> tok(0, V - 1);
+  struct Seq {
+    std::vector<int32_t> table;
+    int pos = 0;
+  };
+  std::vector<Seq> seqs(5);
+  std::vector<int32_t> ids(static_cast<size_t>(blocks));
+  for (int i = 0; i < blocks; ++i) ids[size_t(i)] = i;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (int i = 0; i < 5; ++i) seqs[size_t(i)].table.assign(ids.begin() + 18 * i, ids.begin() + 18 * (i + 1));
+  auto step_of = [&](const std::vector<int>& which, const std::vector<int>& n, bool all_logits) {
+    StepBatch b;
+    for (size_t j = 0; j < which.size(); ++j) {
+      Seq& q = seqs[size_t(which[j])];
+      SeqStep r;
+      r.start_pos = q.pos;
+      for (int t = 0; t < n[j]; ++t) r.tokens.push_back(tok(rng));
+      r.block_table.assign(q.table.begin(), q.table.begin() + (q.pos + n[j] + s.index_block - 1) / s.index_block);
+      r.all_logits = all_logits;
+      b.seqs.push_back(r);
+    }
+    return b;
+  };
+  auto advance = [&](const StepBatch& b, const std::vector<int>& which) {
+    for (size_t j = 0; j < which.size(); ++j) seqs[size_t(which[j])].pos += int(b.seqs[j].tokens.size());
+  };
+  size_t compared = 0;
+  auto compare = [&](const std::vector<float>& got, const StepOutput& want, const std::string& what) {
+    std::string where;
+    EXPECT_EQ(bit_diffs(got, want.logits, V, &where), 0u) << what << ": logits differ from the engine's, the first at "
+                                                          << where;
+    compared += got.size();
+  };
+
+  // prefills of 5 sequences through NativeLayers (Mono refuses them, naming why)
+  std::vector<int> all = {0, 1, 2, 3, 4}, lens;
+  for (int i = 0; i < 5; ++i) lens.push_back(int(rng() % 200) + 5);
+  const StepBatch pre = step_of(all, lens, false);
+  EXPECT_EQ(refused(pre, "prefill"), "") << "a prefill step";
+  nat.prepare_step(pre, st);
+  poison();
+  layers(nat, true);
+  compare(fetch(nat), engine->step(pre), "prefill");
+  advance(pre, all);
+
+  // decode steps through Mono: the first of 4 sequences over the whole model, then random subsets
+  // and cuts, a verify step, and refusals that leave it serving
+  for (int step = 0; step < 10; ++step) {
+    std::vector<int> which = {0, 1, 2, 3};
+    if (step > 0) {
+      std::shuffle(which.begin(), which.end(), rng);
+      which.resize(size_t(1 + rng() % 4));
+    }
+    const int q = step == 5 ? 3 : 1;  // a verify step: 3 query tokens a sequence, logits of each
+    const StepBatch b = step_of(which, std::vector<int>(which.size(), q), q > 1);
+    if (step == 3) {
+      EXPECT_EQ(refused(step_of(all, std::vector<int>(5, 1), false), "batch_too_large"), "") << "5 sequences";
+      EXPECT_EQ(refused(step_of({0, 1}, {1, 2}, false), "uneven_query"), "") << "query lengths 1 and 2";
+    }
+    mo.prepare_step(b, st);
+    poison();
+    layers(mo, step > 0);
+    compare(fetch(mo), engine->step(b), fmt::format("decode step {} ({} sequences of {} tokens)", step, which.size(), q));
+    advance(b, which);
+  }
+  EXPECT_EQ(runner->describe().find("no program"), std::string::npos) << runner->describe();
+
+  // a CUDA graph of the layer calls captured over one step of 4 sequences replays later steps
+  // (prepare_step uploads their tokens and tables; the plan and mono's program stay)
+  cudaGraphExec_t exec = nullptr;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int> which = {0, 1, 2, 3};
+    const StepBatch b = step_of(which, {1, 1, 1, 1}, false);
+    mo.prepare_step(b, st);
+    poison();
+    if (!exec) {
+      cudaGraph_t g = nullptr;
+      M3_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      layers(mo, false);
+      M3_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+      M3_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+      M3_CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    M3_CUDA_CHECK(cudaGraphLaunch(exec, st));
+    compare(fetch(mo), engine->step(b), fmt::format("graph replay {}", step));
+    advance(b, which);
+  }
+  M3_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  std::printf("  %zu logits of a prefill, 10 mono decode steps and 3 graph replays compared bitwise with the engine's\n",
+              compared);
+  std::printf("  %s\n", runner->describe().c_str());
   cudaFree(x);
   cudaFree(out);
   cudaStreamDestroy(st);

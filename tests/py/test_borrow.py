@@ -11,7 +11,8 @@
   test allocates, NaN-poisoned): a Python loop (prepare_step, embed, forward_layer for every layer,
   logits) over a prefill of two sequences and greedy decode steps gives the greedy ids of
   `m3mono generate --device cpu --weights prepared` (the engine on the same dequantized arena), and
-  writes the caches in place; wrong cache arrays are refused."""
+  writes the caches in place; wrong cache arrays are refused; close() is idempotent and a closed
+  object raises; Mono (the fused GPU decode path) over host specs is refused naming why."""
 import gc
 import os
 import random
@@ -186,6 +187,15 @@ ok, msg = refused(lambda: m3mono.NativeLayers(lay, mspec, specs, m3mono.CacheSpe
 check(ok, f"a CacheSpec of another Layout is refused: {msg}")
 ok, msg = refused(lambda: nl.forward_layers(3, 1, x), "[3, 1) is not a range")
 check(ok, f"a backwards layer range is refused: {msg}")
+ok, msg = refused(lambda: m3mono.Mono(lay, mspec, specs, m3mono.CacheSpec(lay, blocks, caches)), "Mono", "CUDA device")
+check(ok, f"Mono over host specs is refused: {msg}")
+nl.close()
+nl.close()
+check(nl.closed, "NativeLayers.close() is idempotent")
+for what, f in [("prepare_step", lambda: nl.prepare_step([(0, [1], [0])])), ("forward_layers", lambda: nl.forward_layers(0, 1, x)),
+                ("num_tokens", lambda: nl.num_tokens)]:
+    ok, msg = refused(f, "closed", what)
+    check(ok, f"a closed NativeLayers refuses {what}: {msg}")
 
 # tensor parallelism: two ranks as Python threads, each over its own rank arena, specs and caches
 import threading  # noqa: E402

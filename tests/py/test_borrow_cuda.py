@@ -9,7 +9,13 @@ tensors, on torch's current stream):
 - creating it takes no memory through torch (torch.cuda.memory_allocated unchanged) and keeps the
   borrowed tensors (LayerSpec.data_ptr is the tensor's data_ptr);
 - wrong tensors are refused with m3mono.Error (host tensors for the GPU, a float32 cache, a CPU
-  residual stream, a missing `out`), and the interpreter survives them.
+  residual stream, a missing `out`), and the interpreter survives them;
+- m3mono.Mono over the same specs and caches: each decode step's logits equal NativeLayers' on the
+  same step bit for bit (mono never changes the bits); a torch CUDA graph of its layer calls
+  captured on one step replays later steps (after their prepare_step) with NativeLayers' bits;
+  creating and running it takes no memory through torch and, from the device, no more than its
+  documented scratch; prefill steps are refused naming why; close() is idempotent and a closed
+  object raises.
 Usage: python3 tests/py/test_borrow_cuda.py SRC_DIR M3MONO_BINARY"""
 import os
 import random
@@ -69,7 +75,10 @@ check(ok, f"a float32 device cache is refused: {msg}")
 
 cspec = m3mono.CacheSpec(lay, blocks, caches, device="cuda")
 before = torch.cuda.memory_allocated()
+torch.cuda.synchronize()
+free0 = torch.cuda.mem_get_info()[0]
 nl = m3mono.NativeLayers(lay, mspec, specs, cspec, max_tokens=512)
+nl_took = free0 - torch.cuda.mem_get_info()[0]
 check(torch.cuda.memory_allocated() == before, "NativeLayers takes no memory through torch")
 check(nl.device == "cuda", "NativeLayers runs on cuda")
 L, H, V = lay.num_layers, nl.hidden, nl.vocab_size
@@ -151,6 +160,103 @@ check(ok, f"logits without `out` on the GPU is refused: {msg}")
 ok, msg = refused(lambda: nl.forward_layers(0, L + 1, x), "range")
 check(ok, f"a layer range past the model is refused: {msg}")
 check(nl.num_tokens == 2, "the interpreter is still fine after the refusals")
+
+# Mono over the same specs and caches (a step run twice writes the same cache values into the same
+# slots, so NativeLayers and Mono take turns on one step)
+bad_specs = [m3mono.LayerSpec(lay, l, arrs["layers"][l]) for l in range(L)]
+host_caches = m3mono.CacheSpec(lay, blocks, [{k: torch.zeros(tuple(t.shape), dtype=torch.float32).numpy() for k, t in c.items()}
+                                             for c in caches])
+ok, msg = refused(lambda: m3mono.Mono(lay, m3mono.LayerSpec(lay, -1, arrs["model"]), bad_specs, host_caches), "CUDA device")
+check(ok, f"Mono over host specs is refused: {msg}")
+torch.cuda.synchronize()
+before = torch.cuda.memory_allocated()
+free0 = torch.cuda.mem_get_info()[0]
+mo = m3mono.Mono(lay, mspec, specs, cspec)
+print(mo.describe())
+
+
+def mono_step(seqs, cuts=True):
+    stream = torch.cuda.current_stream().cuda_stream
+    mo.prepare_step(seqs, stream=stream)
+    T, R = mo.num_tokens, mo.num_out_rows
+    x = torch.full((T, H), float("nan"), device=dev)
+    out = torch.full((R, V), float("nan"), device=dev)
+    mo.embed(x, stream=stream)
+    l0 = 0
+    while l0 < L:
+        l1 = rng.randint(l0 + 1, L) if cuts else L
+        mo.forward_layers(l0, l1, x, stream=stream)
+        l0 = l1
+    mo.logits(x, out, stream=stream)
+    torch.cuda.synchronize()
+    return out, x
+
+
+def bits_equal(a, b):
+    return a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+same = True
+for step in range(6):
+    seqs = [(pos[i], [gen[i][-1]], tables[i][: (pos[i] + 1 + bs - 1) // bs]) for i in range(2)]
+    if step == 2:
+        seqs = seqs[:1]  # one sequence
+    want, _ = run_step(seqs)
+    got, _ = mono_step(seqs, cuts=step != 0)
+    same = same and bits_equal(got, want)
+    for i in range(len(seqs)):
+        gen[i].append(int(want[i].argmax()))
+        pos[i] += 1
+check(same, "Mono's decode steps (2 and 1 sequences, random layer cuts) give NativeLayers' logits bit for bit")
+mono_took = free0 - torch.cuda.mem_get_info()[0]
+check(torch.cuda.memory_allocated() == before, "Mono takes no memory through torch")
+# its scratch: activations and metadata for 16 token rows (less than NativeLayers' 512) and the task
+# tables and counters (kilobytes at this shape); the slack is the driver's 2 MiB granularity and the
+# mono kernel's code, loaded at its first launch
+print(f"device memory: NativeLayers(max_tokens=512) took {nl_took} B, Mono and its steps {mono_took} B")
+check(mono_took <= nl_took + (8 << 20), f"Mono takes at most NativeLayers' scratch + 8 MiB ({mono_took} B)")
+
+ok, msg = refused(lambda: mo.prepare_step([(0, [1, 2, 3, 4, 5, 6], tables[0][:1])]), "prefill")
+check(ok, f"a prefill step is refused by Mono: {msg}")
+
+# a torch CUDA graph of Mono's layer calls, captured over one 2-sequence step (that shape ran eagerly
+# above), replayed for the next steps after their prepare_step
+x = torch.full((2, H), float("nan"), device=dev)
+out = torch.full((2, V), float("nan"), device=dev)
+g = None
+same = True
+for step in range(3):
+    seqs = [(pos[i], [gen[i][-1]], tables[i][: (pos[i] + 1 + bs - 1) // bs]) for i in range(2)]
+    want, _ = run_step(seqs)
+    mo.prepare_step(seqs, stream=torch.cuda.current_stream().cuda_stream)
+    out.fill_(float("nan"))
+    if g is None:
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            with torch.cuda.graph(g, stream=s):
+                h = torch.cuda.current_stream().cuda_stream
+                mo.embed(x, stream=h)
+                mo.forward_layers(0, L, x, stream=h)
+                mo.logits(x, out, stream=h)
+        torch.cuda.current_stream().wait_stream(s)
+    g.replay()
+    torch.cuda.synchronize()
+    same = same and bits_equal(out, want)
+    for i in range(2):
+        gen[i].append(int(want[i].argmax()))
+        pos[i] += 1
+check(same, "a torch CUDA graph of Mono's layer calls captured on one step replays the next two with NativeLayers' bits")
+
+mo.close()
+mo.close()
+check(mo.closed, "Mono.close() is idempotent")
+ok, msg = refused(lambda: mo.prepare_step(seqs), "closed")
+check(ok, f"a closed Mono raises: {msg}")
+nl.close()
+ok, msg = refused(lambda: nl.num_tokens, "closed")
+check(ok, f"a closed NativeLayers raises: {msg}")
 
 print(f"{len(fails)} failed" if fails else "all passed")
 sys.exit(1 if fails else 0)
