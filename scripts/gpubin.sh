@@ -5,11 +5,17 @@
 #                                        lacks (everything but libc, libstdc++ and CUDA's) in DIR/lib
 #   scripts/gpubin.sh unpack DIR         on the GPU machine: decompress in place (DIR then holds what
 #                                        scripts/gpu-check.sh, gpu-mono.sh and bench-native.sh take)
+#   scripts/gpubin.sh pymod DIR [BUILD]  the Python module's parts for a GPU machine whose python3 is
+#                                        not this one's: BUILD's static libraries and the module's
+#                                        Python-independent objects, nanobind's sources, the fmt and
+#                                        nlohmann headers, in DIR/pymod (after `pack DIR`)
+#   scripts/gpubin.sh pybuild DIR        on the GPU machine: compile nanobind and src/python/module.cpp
+#                                        for its python3 (its headers) and link DIR/python/m3mono
 # DIR should sit under .gpubin/ (ignored by git through .git/info/exclude).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmd=${1:?usage: gpubin.sh pack DIR [BUILD] | unpack DIR}
-DIR=${2:?usage: gpubin.sh pack DIR [BUILD] | unpack DIR}
+cmd=${1:?usage: gpubin.sh pack DIR [BUILD] | unpack DIR | pymod DIR [BUILD] | pybuild DIR}
+DIR=${2:?usage: gpubin.sh pack DIR [BUILD] | unpack DIR | pymod DIR [BUILD] | pybuild DIR}
 case "$cmd" in
   pack)
     BUILD=${3:-build/release}
@@ -22,11 +28,60 @@ case "$cmd" in
     ldd "$BUILD/m3mono" "$BUILD/tests/m3_tests_gpu" | awk '/=> \// {print $3}' | sort -u |
       grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so|/cuda' |
       while read -r l; do cp -L "$l" "$DIR/lib/"; done
+    tar -C "$DIR" -cf - lib | xz -T2 -6 >"$DIR/lib.tar.xz" && rm -rf "$DIR/lib"  # unpack restores it
     du -sh "$DIR"
     ;;
   unpack)
+    [ -f "$DIR/lib.tar.xz" ] && { xz -dc "$DIR/lib.tar.xz" | tar -C "$DIR" -xf - && rm -f "$DIR/lib.tar.xz"; }
     for f in "$DIR"/*.xz; do xz -d -f "$f"; done
     chmod +x "$DIR"/m3mono "$DIR"/m3_tests_gpu
     ;;
-  *) echo "gpubin: pack or unpack, not $cmd" >&2; exit 2 ;;
+  pymod)
+    BUILD=${3:-build/release}
+    P="$DIR/pymod"
+    rm -rf "$P" && mkdir -p "$P/include"
+    nb=$(python3 -c 'import nanobind, os; print(os.path.dirname(nanobind.__file__))')
+    cp -r /usr/include/fmt /usr/include/nlohmann "$P/include/"
+    tar -C "$(dirname "$nb")" -cf - nanobind | xz -T2 -6 >"$P/nanobind.tar.xz"
+    cp "$BUILD"/CMakeFiles/_m3mono.dir/src/cli/*.o "$P/"
+    tar -C "$BUILD" -cf - libm3_ref.a libm3_text.a libm3_serve.a libm3_cuda.a libm3_mpi.a libm3_mono.a libm3_runtime.a \
+      libm3_model.a libm3_core.a | xz -T2 -9 >"$P/libs.tar.xz"
+    du -sh "$P"
+    ;;
+  pybuild)
+    P="$DIR/pymod"
+    [ -d "$DIR/lib" ] || "$0" unpack "$DIR"
+    inc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+    suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+    [ -f "$inc/Python.h" ] || { echo "gpubin: no Python.h under $inc (python3-dev)" >&2; exit 1; }
+    W=$(mktemp -d)
+    xz -dc "$P/nanobind.tar.xz" | tar -C "$W" -xf -
+    xz -dc "$P/libs.tar.xz" | tar -C "$W" -xf -
+    nb="$W/nanobind"
+    flags=(-O3 -DNDEBUG -fPIC -fvisibility=hidden -ffunction-sections -fdata-sections -fno-stack-protector -std=gnu++20
+           -I"$inc" -I"$nb/include" -isystem "$nb/ext/robin_map/include")
+    pids=()
+    for n in common error implicit nb_datetime nb_enum nb_func nb_internals nb_ndarray nb_static_property nb_type \
+             trampoline; do
+      f="$nb/src/$n.cpp"
+      c++ "${flags[@]}" -DNB_BUILD -DNB_COMPACT_ASSERTIONS -fno-strict-aliasing -c "$f" -o "$W/nb_$(basename "$f" .cpp).o" &
+      pids+=($!)
+    done
+    c++ "${flags[@]}" -DFMT_HEADER_ONLY=1 -DM3_WITH_CUDA=1 -DM3_WITH_MPI=1 -DNB_COMPACT_ASSERTIONS -Isrc \
+      -isystem "$P/include" -isystem /usr/local/cuda/include -c src/python/module.cpp -o "$W/module.o" &
+    pids+=($!)
+    for p in "${pids[@]}"; do wait "$p" || { echo "gpubin: a compile failed" >&2; exit 1; }; done
+    L=$(cd "$DIR/lib" && pwd)
+    nccl=$(ldconfig -p | awk '/libnccl\.so\.2 /{print $NF; exit}')
+    cudart=$(ls /usr/local/cuda/lib64/libcudart_static.a /usr/local/cuda/targets/x86_64-linux/lib/libcudart_static.a \
+             2>/dev/null | head -1)
+    mkdir -p "$DIR/python/m3mono"
+    cp python/m3mono/__init__.py "$DIR/python/m3mono/"
+    c++ -shared -fPIC -O3 -Wl,--gc-sections -o "$DIR/python/m3mono/_m3mono$suffix" "$W/module.o" "$P"/*.o \
+      "$W"/nb_*.o -Wl,--start-group "$W"/libm3_*.a -Wl,--end-group "$L"/*.so* ${nccl:+"$nccl"} "$cudart" \
+      -Wl,-rpath,"$L" -ldl -lrt -lpthread
+    rm -rf "$W"
+    ls -la "$DIR/python/m3mono"
+    ;;
+  *) echo "gpubin: pack, unpack, pymod or pybuild, not $cmd" >&2; exit 2 ;;
 esac

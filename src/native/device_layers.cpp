@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "native/collective.h"
 #include "native/cuda_check.h"
 #include "native/gather_rows.h"
 #include "native/linear.h"
@@ -11,22 +12,23 @@
 namespace m3::native {
 
 namespace {
-ForwardOptions layers_options(int max_tokens, int max_model_len) {
+ForwardOptions layers_options(int max_tokens, int max_model_len, DeviceComm* comm) {
   M3_CHECK(max_tokens > 0, "NativeLayers: max_tokens {} (> 0)", max_tokens);
   M3_CHECK(max_model_len > 0, "NativeLayers: max_model_len {} (> 0)", max_model_len);
   ForwardOptions o;
   o.max_tokens = max_tokens;
   o.max_model_len = max_model_len;
   o.logits_rows = std::min(max_tokens, 256);
+  o.comm = comm;
   return o;
 }
 }  // namespace
 
 DeviceLayers::DeviceLayers(std::shared_ptr<const PreparedWeights> weights, std::unique_ptr<DeviceKvCache> cache,
-                           int max_tokens, int max_model_len)
-    : cache_(std::move(cache)) {
+                           int max_tokens, int max_model_len, std::shared_ptr<DeviceComm> comm)
+    : comm_(std::move(comm)), cache_(std::move(cache)) {
   M3_CHECK(weights && cache_, "NativeLayers: no weights or no caches");
-  fw_ = std::make_unique<Forward>(std::move(weights), *cache_, layers_options(max_tokens, max_model_len));
+  fw_ = std::make_unique<Forward>(std::move(weights), *cache_, layers_options(max_tokens, max_model_len, comm_.get()));
 }
 
 DeviceLayers::~DeviceLayers() {
@@ -61,14 +63,14 @@ void DeviceLayers::prepare_step(const StepBatch& batch, cudaStream_t stream) {
       ids.push_back(t);
     }
   }
-  M3_CHECK(int(ids.size()) <= fw_->options().max_tokens, "{}.prepare_step: {} tokens in one step, at most {} (max_tokens)",
-           who(), ids.size(), fw_->options().max_tokens);
-  if (runner_) {
+  if (runner_) {  // first: what mono serves says more than the row count
     const std::string why = runner_->refusal(batch);
     M3_CHECK(why.empty(), "Mono.prepare_step: mono does not run this step ({}): it runs decode steps of at most {} "
              "sequences of 1 .. {} query tokens each, all of one length (NativeLayers runs any step)", why,
              kFixedQueryLen, kFixedQueryLen);
   }
+  M3_CHECK(int(ids.size()) <= fw_->options().max_tokens, "{}.prepare_step: {} tokens in one step, at most {} (max_tokens)",
+           who(), ids.size(), fw_->options().max_tokens);
   StepMetadata m = build_step_metadata(batch, s.index_block, cache_->shape().num_blocks);
   M3_CHECK(m.max_context <= fw_->options().max_model_len,
            "{}.prepare_step: a sequence reaches {} tokens, max_model_len is {}", who(), m.max_context,
@@ -161,7 +163,16 @@ void DeviceLayers::logits(const float* x, float* out, cudaStream_t stream) {
     const int r = std::min(gcap, R - r0);
     launch(make_gather_rows_params(act.a.get<float>(), H, act.rows.get<int32_t>() + r0, r, H, act.gather.get<float>(), H),
            stream);
-    linear_dense(lm, ActIn{act.gather.get<float>(), DType::F32, H}, r, out + size_t(r0) * V, V, stream);
+    const ActIn in{act.gather.get<float>(), DType::F32, H};
+    if (!comm_) {
+      linear_dense(lm, in, r, out + size_t(r0) * V, V, stream);
+      continue;
+    }
+    // this rank's vocabulary columns, then every rank's (the plan's lm_head at tensor parallelism)
+    linear_dense(lm, in, r, act.logits_local.get<float>(), lm.rows, stream);
+    launch(make_vocab_gather_params(comm_.get(), act.logits_local.get<float>(), r, lm.rows, act.tp_gather.get<float>(),
+                                    out + size_t(r0) * V, V),
+           stream);
   }
 }
 

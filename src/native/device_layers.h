@@ -19,10 +19,12 @@
 // rows and sequences after its prepare_step; a prefill step gets a plan of its own.
 // A LayerRangeRunner (the mono path: the library level's m3mono.Mono) may take the layers of the
 // model's sparse range: forward_layers hands it the part of [first, last) inside that range.
+// At tensor parallelism each rank's object runs on its own thread, the same calls in the same order.
 #pragma once
 #include <map>
 #include <memory>
 
+#include "native/device_comm.h"
 #include "native/forward.h"
 #include "native/layer_range.h"
 #include "runtime/backend.h"
@@ -32,9 +34,12 @@ namespace m3::native {
 class DeviceLayers {
  public:
   // max_tokens: rows of one pass; max_model_len: the longest sequence (attention chunk sizes: the
-  // engine's bits when it equals the engine's).
+  // engine's bits when it equals the engine's). comm: tensor parallelism (weights and caches are
+  // this rank's shard; the plan's rank sums and the logits' vocabulary gather go through it, so
+  // every rank calls the same layer ranges' collectives in the same order: any cuts of the model,
+  // as long as every rank runs every layer and the logits of each step). Null: one rank.
   DeviceLayers(std::shared_ptr<const PreparedWeights> weights, std::unique_ptr<DeviceKvCache> cache, int max_tokens,
-               int max_model_len);
+               int max_model_len, std::shared_ptr<DeviceComm> comm = nullptr);
   ~DeviceLayers();
 
   static constexpr int kFixedQueryLen = 4;
@@ -62,6 +67,7 @@ class DeviceLayers {
 
   void run_range(const LayerPlan& p, int first, int last, cudaStream_t stream);
 
+  std::shared_ptr<DeviceComm> comm_;  // outlives the Forward whose plans name it
   std::unique_ptr<DeviceKvCache> cache_;
   std::unique_ptr<Forward> fw_;
   const LayerPlan* plan_ = nullptr;               // the prepared step's: one of the two below

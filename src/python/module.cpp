@@ -44,6 +44,7 @@
 #include "native/cuda_check.h"
 #include "mono/mono.h"
 #include "mono/options.h"
+#include "native/device_comm.h"
 #include "native/device_layers.h"
 #include "native/prepared.h"
 #endif
@@ -456,7 +457,7 @@ class NativeLayers {
  public:
   virtual ~NativeLayers() = default;
   NativeLayers(const Layout& lay, nb::object model, nb::list layers, const CacheSpec& caches, int threads,
-               const TPContext* tp, int max_tokens, int max_model_len) {
+               const TPContext* tp, int max_tokens, int max_model_len, const std::string& tp_comm = "auto") {
     const PreparedLayout& L = lay.layout();
     const ModelSpec& s = L.spec;
     const LayerSpec& m = nb::cast<const LayerSpec&>(model);
@@ -485,11 +486,10 @@ class NativeLayers {
       return;
     }
 #if M3_WITH_CUDA
-    M3_CHECK(!tp || tp->comm->size() == 1, "NativeLayers: tensor parallelism on the GPU library level is not built "
-             "yet (rank {} of {}): run the engine (LLM(tp=...)) or the CPU reference's layers", tp ? tp->rank() : 0,
-             tp ? tp->size() : 1);
     device_ = caches.device_id();
     M3_CUDA_CHECK(cudaSetDevice(device_));
+    std::shared_ptr<native::DeviceComm> comm;
+    if (tp && tp->size() > 1) comm = device_comm(*tp, lay, tp_comm);
     std::vector<std::pair<TensorSpec, const void*>> all(m.borrowed().begin(), m.borrowed().end());
     for (const auto& t : per) all.insert(all.end(), t.begin(), t.end());
     for (const auto& [spec, p] : all) {
@@ -508,9 +508,9 @@ class NativeLayers {
       cache->set_scales(l, sc[0], sc[1], sc[2]);
     }
     const int len = max_model_len > 0 ? max_model_len : caches.num_blocks() * rs.index_block;
-    dl_ = std::make_unique<native::DeviceLayers>(std::move(weights), std::move(cache), max_tokens, len);
+    dl_ = std::make_unique<native::DeviceLayers>(std::move(weights), std::move(cache), max_tokens, len, std::move(comm));
 #else
-    (void)max_tokens, (void)max_model_len;
+    (void)max_tokens, (void)max_model_len, (void)tp_comm;
     M3_FAIL("NativeLayers: device cuda: this build has no CUDA (built without nvcc)");
 #endif
   }
@@ -652,6 +652,29 @@ class NativeLayers {
   }
 #if M3_WITH_CUDA
   static cudaStream_t cuda_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+  // The GPU ranks' collectives over the group's host communicator: NCCL ("nccl"; "auto" when this
+  // build has it and every rank has a GPU of its own) or host-staged ("host": ranks may share a GPU;
+  // it synchronizes the stream, so no graph capture). Collective: every rank learns every rank's GPU
+  // first, so every rank makes the same choice.
+  std::shared_ptr<native::DeviceComm> device_comm(const TPContext& tp, const Layout& lay, const std::string& how) {
+    const PreparedLayout& L = lay.layout();
+    M3_CHECK(tp.rank() == L.opt.tp_rank && tp.size() == L.opt.tp_size,
+             "NativeLayers: the TPContext is rank {} of {}, the Layout rank {} of {}", tp.rank(), tp.size(), L.opt.tp_rank,
+             L.opt.tp_size);
+    M3_CHECK(how == "auto" || how == "nccl" || how == "host", "NativeLayers: tp_comm '{}' (auto, nccl or host)", how);
+    nb::gil_scoped_release release;  // the other ranks' threads meet here
+    std::vector<int32_t> devs(size_t(tp.size()));
+    const int32_t mine = device_;
+    tp.comm->all_gather(&mine, devs.data(), sizeof(int32_t));
+    std::vector<int32_t> d = devs;
+    std::sort(d.begin(), d.end());
+    const bool own = std::unique(d.begin(), d.end()) == d.end();
+    M3_CHECK(how != "nccl" || (own && native::nccl_available()),
+             "NativeLayers: tp_comm 'nccl' needs {} (the ranks' GPUs: {})",
+             native::nccl_available() ? "a GPU of its own for every rank" : "a build with NCCL", fmt::join(devs, ", "));
+    if (how == "nccl" || (how == "auto" && own && native::nccl_available())) return native::make_nccl_comm(*tp.comm);
+    return native::make_host_staged_comm(tp.comm);
+  }
   int gpu_tokens() const { return dl_->num_tokens(); }
   int gpu_out_rows() const { return dl_->num_out_rows(); }
 #else
@@ -694,7 +717,7 @@ class Mono : public NativeLayers {
  public:
   Mono(const Layout& lay, nb::object model, nb::list layers, const CacheSpec& caches, const TPContext* tp,
        int max_model_len, const std::string& options)
-      : NativeLayers(cuda_only(lay, model), model, layers, caches, 0, tp, kMonoTokens, max_model_len) {
+      : NativeLayers(cuda_only(lay, model, tp), model, layers, caches, 0, tp, kMonoTokens, max_model_len) {
 #if M3_WITH_CUDA
     const mono::MonoOptions opt = mono::parse_options(options);
     M3_CUDA_CHECK(cudaSetDevice(device_));
@@ -722,8 +745,10 @@ class Mono : public NativeLayers {
 
  private:
   static constexpr int kMonoTokens = 16;  // 4 sequences of up to 4 query tokens
-  static const Layout& cuda_only(const Layout& lay, nb::object model) {
+  static const Layout& cuda_only(const Layout& lay, nb::object model, const TPContext* tp) {
     const LayerSpec& m = nb::cast<const LayerSpec&>(model);
+    M3_CHECK(!tp || tp->size() == 1, "Mono: the fused decode path serves one rank (tensor parallelism: {} ranks); "
+             "NativeLayers(tp=...) runs the ranks", tp ? tp->size() : 1);
     M3_CHECK(m.device() == "cuda", "Mono: the fused decode path runs on a CUDA device; these specs are on {} "
              "(NativeLayers runs them there)", m.device());
 #if !M3_WITH_CUDA
@@ -786,9 +811,11 @@ NB_MODULE(_m3mono, m) {
       .def_prop_ro("size", &TPGroup::size)
       .def("rank", [](TPGroup& g, int r) { return TPContext{g.rank(r)}; }, nb::arg("rank"));
   nb::class_<NativeLayers>(m, "NativeLayers")
-      .def(nb::init<const Layout&, nb::object, nb::list, const CacheSpec&, int, const TPContext*, int, int>(),
+      .def(nb::init<const Layout&, nb::object, nb::list, const CacheSpec&, int, const TPContext*, int, int,
+                    const std::string&>(),
            nb::arg("layout"), nb::arg("model"), nb::arg("layers"), nb::arg("caches"), nb::arg("threads") = 0,
            nb::arg("tp").none() = nb::none(), nb::arg("max_tokens") = 256, nb::arg("max_model_len") = 0,
+           nb::arg("tp_comm") = "auto",
            nb::keep_alive<1, 2>(), nb::keep_alive<1, 5>())
       .def("prepare_step", &NativeLayers::prepare_step, nb::arg("seqs"), nb::arg("stream") = 0)
       .def_prop_ro("num_tokens", &NativeLayers::num_tokens)

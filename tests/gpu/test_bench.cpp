@@ -178,7 +178,9 @@ TEST(BenchHarness, NativePathRunsOnTheBenchArenaWithFiniteLogits) {
       // embed, then per layer norms, qkv, rope_cache, (index_k), kv, o, norms, moe | dense_mlp; lm_head
       size_t expect = 2;
       for (int l = 0; l < spec.num_layers; ++l) expect += 7 + (spec.sparse(l) ? 1 : 0);
-      ASSERT_EQ(spans.size(), expect);
+      std::string listed;
+      for (const auto& sp : spans) listed += " " + sp.op + "@" + std::to_string(sp.layer);
+      ASSERT_EQ(spans.size(), expect) << "spans:" << listed;
       EXPECT_EQ(spans.front().op, "embed");
       EXPECT_EQ(spans.back().op, "lm_head");
       for (const auto& sp : spans) {

@@ -15,7 +15,10 @@ tensors, on torch's current stream):
   captured on one step replays later steps (after their prepare_step) with NativeLayers' bits;
   creating and running it takes no memory through torch and, from the device, no more than its
   documented scratch; prefill steps are refused naming why; close() is idempotent and a closed
-  object raises.
+  object raises;
+- tensor parallelism 2 on the one GPU (two rank threads, NativeLayers(tp=..., tp_comm="host") over
+  each rank's own tensors and caches): both ranks' logits are the same bits, and the greedy ids equal
+  `m3mono generate --tp 2 --tp-comm host` (the TP engine on the same rank arenas).
 Usage: python3 tests/py/test_borrow_cuda.py SRC_DIR M3MONO_BINARY"""
 import os
 import random
@@ -84,9 +87,9 @@ check(nl.device == "cuda", "NativeLayers runs on cuda")
 L, H, V = lay.num_layers, nl.hidden, nl.vocab_size
 
 
-def cli_ids(prompt, n):
+def cli_ids(prompt, n, extra=()):
     out = subprocess.run([binary, "generate", "--model", model, "--device", "cuda", "--weights", "prepared",
-                          "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", str(n)],
+                          "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", str(n), *extra],
                          capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     return [int(x) for x in out.split(",")]
 
@@ -257,6 +260,85 @@ check(ok, f"a closed Mono raises: {msg}")
 nl.close()
 ok, msg = refused(lambda: nl.num_tokens, "closed")
 check(ok, f"a closed NativeLayers raises: {msg}")
+
+# tensor parallelism 2 on this GPU: each rank's own tensors and caches, its calls on its own thread
+import threading  # noqa: E402
+
+group = m3mono.TPGroup(2)
+ranks = []
+for r in range(2):
+    rl = m3mono.Layout(model, tp_rank=r, tp_size=2)
+    ra = m3mono.prepared_arrays(rl)
+    rm = m3mono.LayerSpec(rl, -1, {n: to_cuda(a, n) for n, a in ra["model"].items()}, device="cuda")
+    rs = [m3mono.LayerSpec(rl, l, {n: to_cuda(a, n) for n, a in ra["layers"][l].items()}, device="cuda")
+          for l in range(rl.num_layers)]
+    rc = []
+    for l in range(rl.num_layers):
+        widths = {t["name"]: t for t in rl.layer_tensors(l)}
+        kvw = kv_dim // 2 if info["num_key_value_heads"] >= 2 else kv_dim
+        c = {"k": torch.full((slots, kvw), 0x7f, dtype=torch.uint8, device=dev),
+             "v": torch.full((slots, kvw), 0x7f, dtype=torch.uint8, device=dev)}
+        if "iq_norm" in widths:
+            c["ik"] = torch.full((slots, info["index_head_dim"]), 0x7f, dtype=torch.uint8, device=dev)
+        rc.append(c)
+    ranks.append((rl, rm, rs, m3mono.CacheSpec(rl, blocks, rc, device="cuda")))
+ctxs = [group.rank(r) for r in range(2)]
+tnl = [None, None]
+errs = [None, None]
+
+
+def on_ranks(f):
+    def body(r):
+        try:
+            f(r)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errs[r] = e
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+
+
+def build(r):
+    rl, rm, rs, rc = ranks[r]
+    tnl[r] = m3mono.NativeLayers(rl, rm, rs, rc, tp=ctxs[r], tp_comm="host", max_tokens=512)
+
+
+on_ranks(build)
+check(all(n is not None for n in tnl), f"tp 2 on one GPU: both ranks' NativeLayers built ({errs})")
+tprompt = [rng.randrange(vocab) for _ in range(rng.randrange(5, 60))]
+seq, done, same = list(tprompt), 0, True
+for step in range(6):
+    outs = [None, None]
+
+    def run(r):
+        nlr = tnl[r]
+        stream = torch.cuda.current_stream().cuda_stream
+        nlr.prepare_step([(done, seq[done:], tables[0][: (len(seq) + bs - 1) // bs])], stream=stream)
+        xr = torch.full((nlr.num_tokens, H), float("nan"), device=dev)
+        o = torch.full((nlr.num_out_rows, V), float("nan"), device=dev)
+        nlr.embed(xr, stream=stream)
+        l0 = 0
+        while l0 < L:
+            l1 = random.Random(seed + 7 * step + r).randint(l0 + 1, L)
+            nlr.forward_layers(l0, l1, xr, stream=stream)
+            l0 = l1
+        nlr.logits(xr, o, stream=stream)
+        torch.cuda.synchronize()
+        outs[r] = o
+
+    on_ranks(run)
+    if outs[0] is None or outs[1] is None:
+        same = False
+        break
+    same = same and bits_equal(outs[0], outs[1]) and bool(torch.isfinite(outs[0]).all())
+    done = len(seq)
+    seq.append(int(outs[0][0].argmax()))
+check(same and errs == [None, None], f"tp 2: both ranks' logits are the same bits every step ({errs})")
+want = cli_ids(tprompt, 6, ("--tp", "2", "--tp-comm", "host"))
+check(seq[len(tprompt):] == want, f"tp 2: greedy ids through the ranks' NativeLayers {seq[len(tprompt):]} == "
+      f"`generate --tp 2 --tp-comm host`'s {want}")
+ok, msg = refused(lambda: m3mono.Mono(*ranks[0], tp=ctxs[0]), "one rank")
+check(ok, f"Mono at tensor parallelism is refused: {msg}")
 
 print(f"{len(fails)} failed" if fails else "all passed")
 sys.exit(1 if fails else 0)
