@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "native/aux_copy.h"
 #include "native/cuda_check.h"
 
 namespace m3::native {
@@ -21,6 +22,14 @@ int aux_capture_op(const LayerPlan& plan, int l) {
   return b - 1;
 }
 
+namespace {
+// An input norm op that adds the residual (layer l's first op when the plan does not fuse it):
+// what a runner's part starting at layer l copies out before it runs (AuxCapture::before_runner).
+bool adds_residual(const OpCall& op) {
+  return op.kind == OpKind::RmsNorm && std::get<kernels::RmsNormParams>(op.params).residual != nullptr;
+}
+}  // namespace
+
 bool aux_runner_cuts(const LayerPlan& plan, std::span<const int> layers, LayerRange range, std::vector<int>* cuts) {
   cuts->clear();
   if (range.empty()) return true;
@@ -30,8 +39,13 @@ bool aux_runner_cuts(const LayerPlan& plan, std::span<const int> layers, LayerRa
     if (i < lo || i >= hi) continue;
     int m = range.first;  // the layer holding op i
     while (plan.layer_first_op(m + 1) <= i) ++m;
-    if (i != plan.layer_first_op(m + 1) - 1) return false;
-    cuts->push_back(m + 1);
+    if (i == plan.layer_first_op(m + 1) - 1) {  // the layer's last op (a fused MoE combine): a part ends there
+      cuts->push_back(m + 1);
+      continue;
+    }
+    // the layer's own input norm: a part starts at the layer, x + residual copied before it runs
+    if (i != plan.layer_first_op(m) || !adds_residual(plan.ops[size_t(i)])) return false;
+    if (m > range.first) cuts->push_back(m);
   }
   std::sort(cuts->begin(), cuts->end());
   cuts->erase(std::unique(cuts->begin(), cuts->end()), cuts->end());
@@ -40,7 +54,7 @@ bool aux_runner_cuts(const LayerPlan& plan, std::span<const int> layers, LayerRa
 
 AuxCapture::AuxCapture(const LayerPlan& plan, std::span<const int> layers, const float* x, int hidden, int rows,
                        float* dst, PlanObserver* inner)
-    : x_(x), hidden_(hidden), rows_(rows), width_(int(layers.size()) * hidden), dst_(dst), inner_(inner) {
+    : plan_(&plan), x_(x), hidden_(hidden), rows_(rows), width_(int(layers.size()) * hidden), dst_(dst), inner_(inner) {
   for (size_t k = 0; k < layers.size(); ++k)
     points_.push_back(Point{&plan.ops[size_t(aux_capture_op(plan, layers[k]))], int(k)});
 }
@@ -62,6 +76,14 @@ void AuxCapture::after(const OpCall& op, cudaStream_t stream) {
 
 void AuxCapture::before_runner(const LayerRangeRunner& runner, LayerRange range, cudaStream_t stream) {
   if (inner_) inner_->before_runner(runner, range, stream);
+  if (plan_->layer_first_op(range.first) >= int(plan_->ops.size())) return;
+  const OpCall* first = &plan_->ops[size_t(plan_->layer_first_op(range.first))];
+  if (!adds_residual(*first)) return;
+  const auto& np = std::get<kernels::RmsNormParams>(first->params);
+  for (const Point& p : points_)
+    if (p.op == first)
+      copy_residual_sum(np.x, np.ld_x, np.residual, np.ld_res, rows_, hidden_, dst_ + size_t(p.column) * hidden_, width_,
+                        stream);
 }
 
 void AuxCapture::after_runner_part(const LayerPlan& plan, int end, cudaStream_t stream) {

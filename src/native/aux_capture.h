@@ -16,9 +16,10 @@ namespace m3::native {
 // The index of the op after which act.x holds the hidden state entering layer l (0 <= l <= L).
 int aux_capture_op(const LayerPlan& plan, int l);
 // Where a runner of `range` (its layers' ops skipped) must be cut so that every listed layer's
-// capture op runs outside it or ends one of its parts (the last op of a layer inside the range:
-// the MoE combine that adds the layer's output; Forward::run's cuts, sorted). False when a capture
-// op sits inside a layer of the range (an input norm of its own there).
+// capture op runs outside it, ends one of its parts (the last op of a layer inside the range: the
+// MoE combine that adds the layer's output) or begins one (a layer's own input norm that adds the
+// residual: x + residual is copied before the part runs, native/aux_copy.h); Forward::run's cuts,
+// sorted. False when a capture op sits elsewhere inside a layer of the range.
 bool aux_runner_cuts(const LayerPlan& plan, std::span<const int> layers, LayerRange range, std::vector<int>* cuts);
 
 class AuxCapture final : public PlanObserver {
@@ -29,6 +30,7 @@ class AuxCapture final : public PlanObserver {
              PlanObserver* inner);
   void before(const OpCall& op, cudaStream_t stream) override;
   void after(const OpCall& op, cudaStream_t stream) override;
+  // The copies of a part's first layer whose own input norm adds the residual (x + residual).
   void before_runner(const LayerRangeRunner& runner, LayerRange range, cudaStream_t stream) override;
   // The copies of layer end - 1's last op (which the runner ran).
   void after_runner_part(const LayerPlan& plan, int end, cudaStream_t stream) override;
@@ -40,6 +42,7 @@ class AuxCapture final : public PlanObserver {
   };
   void copy(const Point& p, cudaStream_t stream) const;
   std::vector<Point> points_;
+  const LayerPlan* plan_;
   const float* x_;
   int hidden_, rows_, width_;
   float* dst_;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -77,6 +78,20 @@ inline std::unique_ptr<native::CudaBackend> with_mono(const PreparedModel& m, co
 
 inline std::unique_ptr<Backend> ref_backend(const PreparedModel& m, int blocks) {
   return ref::make_ref_backend(m.spec, m.deq, ref::RefOptions{blocks, 0});
+}
+
+// The reference's routing margin of one FFN input row y (MoE layer weights L, in double): the
+// k-th best expert's score (sigmoid + bias) minus the (k+1)-th's. A GPU row may route otherwise
+// where it is tiny (a tie under the GPU's other summation order, not an error).
+inline double router_topk_gap(const ModelSpec& spec, const LayerWeights& L, const float* y) {
+  std::vector<double> choice(size_t(spec.num_experts));
+  for (int e = 0; e < spec.num_experts; ++e) {
+    double d = 0;
+    for (int h = 0; h < spec.hidden; ++h) d += double(L.router.row(e)[h]) * y[h];
+    choice[size_t(e)] = 1.0 / (1.0 + std::exp(-d)) + L.router_bias[size_t(e)];
+  }
+  std::sort(choice.begin(), choice.end(), std::greater<double>());
+  return choice[size_t(spec.top_k) - 1] - choice[size_t(spec.top_k)];
 }
 
 inline double cosine(const float* a, const float* b, int n) {

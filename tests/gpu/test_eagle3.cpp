@@ -4,11 +4,10 @@
 //   - every layer's rows within a stated bound of the CPU reference on the same dequantized weights
 //     with the GPU's FP8 cache codec (short prompts: every block selected, no near-ties);
 //   - a decode step's rows the same bits alone and beside other sequences, replayed and eager, and
-//     on mono, which runs its layers in parts cut where a copy is made (a layer whose input norm is
-//     an op of its own inside mono's layers: declined, "aux", and run natively);
+//     on mono, which runs its layers in parts cut where a copy is made (after a layer's fused MoE
+//     combine, or before a layer whose input norm is an op of its own: x + residual copied then);
 //   - greedy generation with EAGLE3 drafts (a synthetic draft for tiny-m3-a) equal to plain decoding,
-//     natively and with mono, with the draft's default aux layers (1, 2, 3: mono declines) and with
-//     layers mono serves in parts (2, 3, 4);
+//     natively and with mono, with the draft's default aux layers (1, 2, 3) and with (2, 3, 4);
 //   - the scheduler with drafts kept and rejected (a recording drafter hands it spoiled plain-run
 //     continuations): outputs equal plain decoding, natively and with mono.
 #include <gtest/gtest.h>
@@ -70,8 +69,10 @@ double rel_diff_at(const float* got, const float* want, int n, int* worst) {
 // function of rounding: the GPU's fp32 sums in other orders and its FP8 caches flip near-tied
 // expert routings and index selections (GpuCudaBackend.MixedBatchesMatchReference: logits rows
 // up to 0.11 of max |logit| apart, cosine >= 0.99; these rows measured up to 7.9e-3 on the H200,
-// 2026-12-05) — and, what catches a wrong or shifted layer whatever the model, at most a quarter
-// of the distance to the reference's rows of the layers beside it.
+// 2026-12-05; 0.16 on an H100 on 2026-12-06 after a routing near-tie, which is why the rows past
+// the reference's near-ties are not compared: the test's tap) — and, what catches a wrong or
+// shifted layer whatever the model, at most a quarter of the distance to the reference's rows of
+// the layers beside it.
 void check_layer(const float* got, const float* want, int k, int L, int H, const std::string& where, double* worst,
                  double* worst_ratio) {
   const double d = rel_maxdiff(got + k * H, want + k * H, H);
@@ -111,6 +112,30 @@ TEST(GpuEagle3, AuxRowsMatchTheReferenceAndAreBatchInvariant) {
   ro.cache.k_scale = o.k_scale;
   ro.cache.v_scale = o.v_scale;
   ro.cache.ik_scale = o.ik_scale;
+  // near-ties of the reference's routing (router_topk_gap < 1e-4): the lowest MoE layer where a
+  // token of the running step met one; the rows entering later layers, for that token and every
+  // later one (through the caches), may route otherwise on the GPU and are not compared
+  constexpr double kTie = 1e-4;
+  std::vector<int> step_tie;
+  ro.ffn_tap = [&](int l, const float* y, int n_tok) {
+    if (!s.moe(l)) return;
+    if (step_tie.size() < size_t(n_tok)) step_tie.resize(size_t(n_tok), INT32_MAX);
+    for (int t = 0; t < n_tok; ++t)
+      if (router_topk_gap(s, m.deq.layers[size_t(l)], y + size_t(t) * H) < kTie)
+        step_tie[size_t(t)] = std::min(step_tie[size_t(t)], l);
+  };
+  int tie_layer = INT32_MAX, excused = 0;  // the lowest near-tie layer so far (this sequence)
+  double worst = 0, worst_ratio = 0;
+  auto compare_row = [&](const float* got, const float* want, const std::string& where, int token) {
+    if (token < int(step_tie.size())) tie_layer = std::min(tie_layer, step_tie[size_t(token)]);
+    for (int k = 1; k <= L; ++k) {
+      if (k > tie_layer) {
+        ++excused;
+        continue;
+      }
+      check_layer(got, want, k, L, H, where, &worst, &worst_ratio);
+    }
+  };
   auto ref = ref::make_ref_backend(s, m.deq, ro);
   // a short prompt (every block selected), then decode steps
   std::vector<int32_t> prompt(static_cast<size_t>(6 + rng() % 20));
@@ -120,15 +145,14 @@ TEST(GpuEagle3, AuxRowsMatchTheReferenceAndAreBatchInvariant) {
   b.seqs.push_back(SeqStep{0, prompt, table(0, 4), false});
   b.seqs[0].want_aux = true;
   b.aux_layers = layers;
+  step_tie.clear();
   const StepOutput g = nat->step(b), r = ref->step(b);
   ASSERT_EQ(g.aux_width, W);
   ASSERT_EQ(g.aux.size(), size_t(n) * W);
-  double worst = 0, worst_ratio = 0;
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < H; ++j)
       ASSERT_EQ(g.aux_row(0, i)[j], m.deq.embed.row(prompt[size_t(i)])[j]) << "token " << i << ": layer 0 row";
-    for (int k = 1; k <= L; ++k)
-      check_layer(g.aux_row(0, i), r.aux_row(0, i), k, L, H, fmt::format("prefill token {}", i), &worst, &worst_ratio);
+    compare_row(g.aux_row(0, i), r.aux_row(0, i), fmt::format("prefill token {}", i), i);
   }
   // decode steps: alone (graph captured, then replayed), beside two other sequences, on mono
   auto mon = with_mono(m, o);
@@ -152,29 +176,25 @@ TEST(GpuEagle3, AuxRowsMatchTheReferenceAndAreBatchInvariant) {
     alone.seqs[0].want_aux = true;
     alone.aux_layers = layers;
     const StepOutput a = nat->step(alone);
+    step_tie.clear();
     const StepOutput rr = ref->step(alone);
     StepBatch three;
     three.seqs.push_back(SeqStep{3 + step, {5}, table(8, 4), false});
     three.seqs.push_back(SeqStep{n, {tok}, table(0, 4), false});
     three.seqs.push_back(SeqStep{3 + step, {6}, table(12, 4), false});
     three.seqs[1].want_aux = true;
-    // odd steps: every layer (layer 1's input norm is an op inside mono's layers 1-3: declined);
-    // even steps: layers 0, 2, 3, 4 (mono cut after layers 1 and 2)
+    // odd steps: every layer (layer 1's input norm, an op of its own since layer 0 is dense, is mono's
+    // first op: its x + residual copied before mono runs); even steps: layers 0, 2, 3, 4 (mono cut
+    // after layers 1 and 2)
     three.aux_layers = step % 2 ? layers : std::vector<int>{0, 2, 3, L};
     const StepOutput c = mon->step(three);
-    if (step % 2) {
-      EXPECT_EQ(c.path, "native") << "mono took a step with a layer it cannot copy out";
-      EXPECT_EQ(c.fallback_reason, "mono:aux");
-    } else {
-      EXPECT_EQ(c.path, "mono") << "mono declined (" << c.fallback_reason << ") layers it can be cut for";
-    }
+    EXPECT_EQ(c.path, "mono") << "mono declined (" << c.fallback_reason << ") layers it can be cut for";
     ASSERT_EQ(c.aux_first_row, (std::vector<int>{-1, 0, -1}));
     for (size_t k = 0; k < three.aux_layers.size(); ++k)
       for (int j = 0; j < H; ++j)
         ASSERT_EQ(c.aux_row(1)[k * H + j], a.aux_row(0)[three.aux_layers[k] * H + j])
             << "decode step " << step << " layer " << three.aux_layers[k] << " element " << j;
-    for (int k = 1; k <= L; ++k)
-      check_layer(a.aux_row(0), rr.aux_row(0), k, L, H, fmt::format("decode step {}", step), &worst, &worst_ratio);
+    compare_row(a.aux_row(0), rr.aux_row(0), fmt::format("decode step {}", step), 0);
     compared += size_t(W);
     tok = int32_t(argmax_of(a.row(0), s.vocab_size));
     ++n;
@@ -184,8 +204,9 @@ TEST(GpuEagle3, AuxRowsMatchTheReferenceAndAreBatchInvariant) {
   plain.seqs.push_back(SeqStep{n, {tok}, table(0, 4), false});
   EXPECT_EQ(mon->step(plain).path, "mono");
   std::printf("  [eagle3 aux] prefill %zu tokens and 6 decode steps x %d layers within %.3g of the reference (at most "
-              "%.3g of the distance to a neighbouring layer's row); %zu decode values bitwise alone / batched / "
-              "replayed\n", prompt.size(), L + 1, worst, worst_ratio, compared);
+              "%.3g of the distance to a neighbouring layer's row; %d rows after a routing near-tie not compared); %zu "
+              "decode values bitwise alone / batched / replayed\n", prompt.size(), L + 1, worst, worst_ratio, excused,
+              compared);
 }
 
 TEST(GpuEagle3, GreedyOutputsEqualPlainDecoding) {
@@ -229,6 +250,7 @@ TEST(GpuEagle3, GreedyOutputsEqualPlainDecoding) {
   }
   EXPECT_GT(verify, 0);
   EXPECT_GT(paths["mono (layers 2,3,4)"], 0) << "mono never ran an EAGLE3 step it can be cut for";
+  EXPECT_GT(paths["mono (layers 1,2,3)"], 0) << "mono never ran an EAGLE3 step with the default aux layers";
   std::string by;
   for (const auto& [p, c] : paths) by += fmt::format(" {} {}", p, c);
   std::printf("  [eagle3 tiny-m3-a] %d verify steps, outputs equal to plain decoding; GPU draft kept %d drafts (CPU "

@@ -183,17 +183,8 @@ TEST(GpuTensorParallel, Tp2OnOneGpuMatchesTheReferenceRanksAndIsBatchInvariant) 
     const LayerWeights& L = deq[0].layers[size_t(l)];
     std::lock_guard<std::mutex> lk(tap_m);
     if (step_gap.size() < size_t(n_tok)) step_gap.resize(size_t(n_tok), INFINITY);
-    for (int t = 0; t < n_tok; ++t) {
-      std::vector<double> choice(size_t(spec.num_experts));
-      for (int e = 0; e < spec.num_experts; ++e) {
-        double d = 0;
-        for (int h = 0; h < spec.hidden; ++h) d += double(L.router.row(e)[h]) * y[size_t(t) * spec.hidden + h];
-        choice[size_t(e)] = 1.0 / (1.0 + std::exp(-d)) + L.router_bias[size_t(e)];
-      }
-      std::sort(choice.begin(), choice.end(), std::greater<double>());
-      const double gap = choice[size_t(spec.top_k) - 1] - choice[size_t(spec.top_k)];
-      step_gap[size_t(t)] = std::min(step_gap[size_t(t)], gap);
-    }
+    for (int t = 0; t < n_tok; ++t)
+      step_gap[size_t(t)] = std::min(step_gap[size_t(t)], router_topk_gap(spec, L, y + size_t(t) * spec.hidden));
   };
   auto ref = ref::make_ref_backend_from_ranks(spec, [&](int r) { return deq[size_t(r)]; }, ro);
   native::CudaTpOptions to;
