@@ -175,6 +175,7 @@ torch.cuda.synchronize()
 before = torch.cuda.memory_allocated()
 free0 = torch.cuda.mem_get_info()[0]
 mo = m3mono.Mono(lay, mspec, specs, cspec)
+check(torch.cuda.memory_allocated() == before, "Mono takes no memory through torch")
 print(mo.describe())
 
 
@@ -212,7 +213,6 @@ for step in range(6):
         pos[i] += 1
 check(same, "Mono's decode steps (2 and 1 sequences, random layer cuts) give NativeLayers' logits bit for bit")
 mono_took = free0 - torch.cuda.mem_get_info()[0]
-check(torch.cuda.memory_allocated() == before, "Mono takes no memory through torch")
 # its scratch: activations and metadata for 16 token rows (less than NativeLayers' 512) and the task
 # tables and counters (kilobytes at this shape); the slack is the driver's 2 MiB granularity and the
 # mono kernel's code, loaded at its first launch
