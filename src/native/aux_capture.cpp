@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "native/aux_copy.h"
+#include "native/gather_rows.h"
 #include "native/cuda_check.h"
 
 namespace m3::native {
@@ -81,9 +81,13 @@ void AuxCapture::before_runner(const LayerRangeRunner& runner, LayerRange range,
   if (!adds_residual(*first)) return;
   const auto& np = std::get<kernels::RmsNormParams>(first->params);
   for (const Point& p : points_)
-    if (p.op == first)
-      copy_residual_sum(np.x, np.ld_x, np.residual, np.ld_res, rows_, hidden_, dst_ + size_t(p.column) * hidden_, width_,
-                        stream);
+    if (p.op == first) {  // x + residual: the norm's first step (r = x + residual, one fp32 add)
+      kernels::GatherRowsParams g =
+          make_gather_rows_params(np.x, np.ld_x, nullptr, rows_, hidden_, dst_ + size_t(p.column) * hidden_, width_);
+      g.add = np.residual;
+      g.ld_add = np.ld_res;
+      launch(g, stream);
+    }
 }
 
 void AuxCapture::after_runner_part(const LayerPlan& plan, int end, cudaStream_t stream) {

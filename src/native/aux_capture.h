@@ -18,7 +18,7 @@ int aux_capture_op(const LayerPlan& plan, int l);
 // Where a runner of `range` (its layers' ops skipped) must be cut so that every listed layer's
 // capture op runs outside it, ends one of its parts (the last op of a layer inside the range: the
 // MoE combine that adds the layer's output) or begins one (a layer's own input norm that adds the
-// residual: x + residual is copied before the part runs, native/aux_copy.h); Forward::run's cuts,
+// residual: x + residual is copied before the part runs, the gather op's add); Forward::run's cuts,
 // sorted. False when a capture op sits elsewhere inside a layer of the range.
 bool aux_runner_cuts(const LayerPlan& plan, std::span<const int> layers, LayerRange range, std::vector<int>* cuts);
 

@@ -1,5 +1,6 @@
 // Row gather (kernels/gather_rows.cuh): out[r, 0..n) = in[rows[r], 0..n) for r < R (rows: device
-// array). n % 4 == 0, 16-byte aligned rows. The forward picks the rows that return logits with it.
+// array, or null for row r). n % 4 == 0, 16-byte aligned rows. The forward picks the rows that
+// return logits with it; params.add (set after make) adds a second array's rows (aux_capture.cpp).
 #pragma once
 #include <cstdint>
 
