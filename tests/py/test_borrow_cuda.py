@@ -94,20 +94,22 @@ def cli_ids(prompt, n, extra=()):
     return [int(x) for x in out.split(",")]
 
 
-def run_step(seqs, cuts=True):
-    """One step through the layer loop; returns the logits (torch, [R, V]) and the final x."""
+def run_step(seqs, cuts=True, layers=None):
+    """One step through the layer loop of `layers` (NativeLayers or Mono; default nl); returns the
+    logits (torch, [R, V]) and the final x."""
+    obj = layers if layers is not None else nl
     stream = torch.cuda.current_stream().cuda_stream
-    nl.prepare_step(seqs, stream=stream)
-    T, R = nl.num_tokens, nl.num_out_rows
+    obj.prepare_step(seqs, stream=stream)
+    T, R = obj.num_tokens, obj.num_out_rows
     x = torch.full((T, H), float("nan"), device=dev)
     out = torch.full((R, V), float("nan"), device=dev)
-    nl.embed(x, stream=stream)
+    obj.embed(x, stream=stream)
     l0 = 0
     while l0 < L:
         l1 = rng.randint(l0 + 1, L) if cuts else L
-        nl.forward_layers(l0, l1, x, stream=stream)
+        obj.forward_layers(l0, l1, x, stream=stream)
         l0 = l1
-    nl.logits(x, out, stream=stream)
+    obj.logits(x, out, stream=stream)
     torch.cuda.synchronize()
     return out, x
 
@@ -141,16 +143,24 @@ eager, x_eager = run_step(seqs, cuts=False)
 nl.prepare_step(seqs, stream=torch.cuda.current_stream().cuda_stream)
 x = torch.full((2, H), float("nan"), device=dev)
 out = torch.full((2, V), float("nan"), device=dev)
-g = torch.cuda.CUDAGraph()
-s = torch.cuda.Stream()
-s.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(s):
-    with torch.cuda.graph(g, stream=s):
-        h = torch.cuda.current_stream().cuda_stream
-        nl.embed(x, stream=h)
-        nl.forward_layers(0, L, x, stream=h)
-        nl.logits(x, out, stream=h)
-torch.cuda.current_stream().wait_stream(s)
+
+
+def capture(obj, x, out):
+    """A torch CUDA graph of obj's layer calls (the whole model) over x and out."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g, stream=s):
+            h = torch.cuda.current_stream().cuda_stream
+            obj.embed(x, stream=h)
+            obj.forward_layers(0, L, x, stream=h)
+            obj.logits(x, out, stream=h)
+    torch.cuda.current_stream().wait_stream(s)
+    return g
+
+
+g = capture(nl, x, out)
 g.replay()
 torch.cuda.synchronize()
 check(torch.equal(out.view(torch.int32), eager.view(torch.int32)) and torch.equal(x.view(torch.int32), x_eager.view(torch.int32)),
@@ -180,20 +190,7 @@ print(mo.describe())
 
 
 def mono_step(seqs, cuts=True):
-    stream = torch.cuda.current_stream().cuda_stream
-    mo.prepare_step(seqs, stream=stream)
-    T, R = mo.num_tokens, mo.num_out_rows
-    x = torch.full((T, H), float("nan"), device=dev)
-    out = torch.full((R, V), float("nan"), device=dev)
-    mo.embed(x, stream=stream)
-    l0 = 0
-    while l0 < L:
-        l1 = rng.randint(l0 + 1, L) if cuts else L
-        mo.forward_layers(l0, l1, x, stream=stream)
-        l0 = l1
-    mo.logits(x, out, stream=stream)
-    torch.cuda.synchronize()
-    return out, x
+    return run_step(seqs, cuts, layers=mo)
 
 
 def bits_equal(a, b):
@@ -234,16 +231,7 @@ for step in range(3):
     mo.prepare_step(seqs, stream=torch.cuda.current_stream().cuda_stream)
     out.fill_(float("nan"))
     if g is None:
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            with torch.cuda.graph(g, stream=s):
-                h = torch.cuda.current_stream().cuda_stream
-                mo.embed(x, stream=h)
-                mo.forward_layers(0, L, x, stream=h)
-                mo.logits(x, out, stream=h)
-        torch.cuda.current_stream().wait_stream(s)
+        g = capture(mo, x, out)
     g.replay()
     torch.cuda.synchronize()
     same = same and bits_equal(out, want)
