@@ -31,10 +31,6 @@ DeviceLayers::DeviceLayers(std::shared_ptr<const PreparedWeights> weights, std::
   fw_ = std::make_unique<Forward>(std::move(weights), *cache_, layers_options(max_tokens, max_model_len, comm_.get()));
 }
 
-DeviceLayers::~DeviceLayers() {
-  runner_.reset();  // before the plans its programs point to
-}
-
 void DeviceLayers::set_runner(std::unique_ptr<LayerRangeRunner> runner) {
   M3_CHECK(!runner_, "NativeLayers: a layer range runner is already set");
   runner_ = std::move(runner);

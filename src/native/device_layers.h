@@ -40,7 +40,6 @@ class DeviceLayers {
   // as long as every rank runs every layer and the logits of each step). Null: one rank.
   DeviceLayers(std::shared_ptr<const PreparedWeights> weights, std::unique_ptr<DeviceKvCache> cache, int max_tokens,
                int max_model_len, std::shared_ptr<DeviceComm> comm = nullptr);
-  ~DeviceLayers();
 
   static constexpr int kFixedQueryLen = 4;
 
@@ -73,7 +72,7 @@ class DeviceLayers {
   const LayerPlan* plan_ = nullptr;               // the prepared step's: one of the two below
   std::map<int, std::unique_ptr<LayerPlan>> fixed_;  // decode-sized plans by rows (stable addresses)
   std::unique_ptr<LayerPlan> pass_;               // the last prefill step's
-  std::unique_ptr<LayerRangeRunner> runner_;
+  std::unique_ptr<LayerRangeRunner> runner_;  // declared after the plans: destroyed before them
   std::vector<int32_t> out_rows_;
 };
 

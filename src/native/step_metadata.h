@@ -112,11 +112,11 @@ inline StepMetadata build_step_metadata(std::span<const SeqRows> seqs, int block
 inline void widen_block_tables(StepMetadata& m, int width) {
   M3_CHECK(width >= 1, "step metadata: table width {}", width);
   std::vector<int32_t> t(size_t(m.num_seqs) * size_t(width), -1);
+  const int keep = std::min(m.table_width, width);
   for (int i = 0; i < m.num_seqs; ++i) {
     const int need = (m.seq_lens[size_t(i)] + m.block_size - 1) / m.block_size;
     M3_CHECK(need <= width, "step metadata: request {} needs {} blocks ({} tokens), the tables have {} columns", i,
              need, m.seq_lens[size_t(i)], width);
-    const int keep = std::min(m.table_width, width);
     std::copy_n(m.block_tables.begin() + ptrdiff_t(i) * m.table_width, keep, t.begin() + ptrdiff_t(i) * width);
   }
   m.block_tables = std::move(t);

@@ -132,6 +132,52 @@ TEST(KvLayout, StepBatchAdapter) {
   EXPECT_EQ(m.block_tables, (std::vector<int32_t>{7, 2, 4, -1}));
 }
 
+// widen_block_tables (the decode buckets' fixed width, and the library level's decode plans): random
+// requests' tables re-laid at a wider and at a narrower width keep every needed block in place,
+// pad with -1, and a width below a request's needed blocks is refused naming the request.
+TEST(KvLayout, WidenedTablesKeepEveryNeededBlock) {
+  std::mt19937_64 rng(std::random_device{}());
+  const int bs = 4;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<Req> reqs(1 + rng() % 4);
+    int next = 0, most = 0;
+    for (auto& r : reqs) {
+      r.start = int(rng() % 20);
+      r.n = 1 + int(rng() % 4);
+      const int need = (r.start + r.n + bs - 1) / bs;
+      const int extra = int(rng() % 3);  // a table may be longer than it needs
+      for (int b = 0; b < need + extra; ++b) r.table.push_back(next++);
+      most = std::max(most, need);
+    }
+    const StepMetadata base = build_step_metadata(rows_of(reqs), bs, next, 0);
+    for (int width : {most, most + 1 + int(rng() % 5)}) {
+      StepMetadata m = base;
+      widen_block_tables(m, width);
+      ASSERT_EQ(m.table_width, width);
+      ASSERT_EQ(m.block_tables.size(), reqs.size() * size_t(width));
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        const int need = (reqs[i].start + reqs[i].n + bs - 1) / bs;
+        for (int c = 0; c < width; ++c) {
+          const int32_t got = m.block_tables[i * size_t(width) + size_t(c)];
+          const int32_t want = c < int(reqs[i].table.size()) ? reqs[i].table[size_t(c)] : -1;
+          if (c < need) ASSERT_EQ(got, want) << "request " << i << " column " << c << " (needed)";
+          else ASSERT_TRUE(got == want || got == -1) << "request " << i << " column " << c << ": " << got;
+        }
+      }
+    }
+    if (most > 1) {
+      StepMetadata m = base;
+      try {
+        widen_block_tables(m, most - 1);
+        ADD_FAILURE() << "a width below a request's needed blocks was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("needs " + std::to_string(most) + " blocks"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 TEST(KvLayout, CacheShapeAndOffsets) {
   ModelSpec spec;
   spec.num_layers = 4;
