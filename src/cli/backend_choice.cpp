@@ -3,6 +3,7 @@
 #include "cli/backend_choice.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/check.h"
 #include "core/parallel.h"
@@ -12,13 +13,16 @@
 #include "model/weight_table.h"
 #include "ref/engine.h"
 #include "runtime/communicator.h"
+#include "runtime/tp_leader.h"
 #if M3_WITH_MPI
 #include "runtime/mpi/mpi_communicator.h"
 #endif
 #if M3_WITH_CUDA
 #include "mono/mono.h"
 #include "native/cuda_backend.h"
+#include "native/cuda_check.h"
 #include "native/cuda_tp_backend.h"
+#include "native/device_comm.h"
 #include "native/prepared.h"
 #endif
 
@@ -48,6 +52,46 @@ void note_router(const PreparedLayout& layout, bool bf16) {
 DType cache_dtype_of(const std::string& s, DType dflt) {
   return s.empty() ? dflt : s == "fp8" ? DType::F8_E4M3 : s == "bf16" ? DType::BF16 : DType::F32;
 }
+
+// This process's rank of the mpirun job (one rank per process): the communicator, after checking
+// the job has --tp processes; the followers' stdout goes to /dev/null (rank 0 reports).
+std::shared_ptr<Communicator> mpi_rank_comm(const BackendChoice& c, const char* command) {
+#if M3_WITH_MPI
+  std::shared_ptr<Communicator> comm = make_mpi_communicator();
+  M3_CHECK(comm->size() == c.tp, "{}: --tp {} under mpirun -np {}: start one process per rank", command, c.tp,
+           comm->size());
+  if (comm->rank() != 0) {  // rank 0 reports; the others compute beside it (errors still on stderr)
+    std::fflush(stdout);
+    if (!std::freopen("/dev/null", "w", stdout)) std::fprintf(stderr, "note: rank %d keeps its stdout\n", comm->rank());
+  }
+  std::fprintf(stderr, "note: tensor-parallel rank %d of %d (mpi)\n", comm->rank(), comm->size());
+  return comm;
+#else
+  M3_FAIL("{}: started by mpirun with --tp {}, but this build has no MPI (install libopenmpi-dev and rebuild); "
+          "without mpirun the {} ranks run as threads of one process", command, c.tp, c.tp);
+#endif
+}
+
+// Rank 0 leads: its backend broadcasts every step to the others (runtime/tp_leader.h) and is
+// returned to the command. Every other rank follows here until rank 0 closes, then ends the
+// process: the command's work (scheduler, server, report) is rank 0's alone.
+std::unique_ptr<Backend> lead_or_follow(std::unique_ptr<Backend> be, std::shared_ptr<Communicator> comm,
+                                        const char* command) {
+  if (comm->rank() == 0) return make_tp_leader(std::move(be), std::move(comm));
+  int rc = 0;
+  try {
+    const int64_t steps = follow_tp_leader(*be, *comm);
+    std::fprintf(stderr, "note: %s: rank %d followed %lld steps\n", command, comm->rank(), (long long)steps);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s: rank %d: %s\n", command, comm->rank(), e.what());
+    comm->fail(e.what());  // the others learn of it (MPI: the job ends)
+    rc = 1;
+  }
+  be.reset();
+  comm.reset();
+  std::fflush(nullptr);
+  std::exit(rc);
+}
 }  // namespace
 
 bool cuda_usable() {
@@ -75,6 +119,82 @@ ModelWeights load_prepared_dequantized(const std::string& model_dir, const Model
   return dequantize_prepared(layout, host_arena_reader(arena));
 }
 
+#if M3_WITH_CUDA
+namespace {
+// An environment variable's integer value, or -1 when unset.
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : -1;
+}
+
+// The mono runtime on backend `be`, when every rank of `comm` (null: this rank alone) accepts it:
+// each rank creates its own, then all agree (runtime/communicator.h); one refusing rank turns every
+// rank down and every rank's reasons are printed.
+void add_mono_agreed(native::CudaBackend& be, Communicator* comm) {
+  auto r = mono::create(be.model(), mono::MonoOptions{});
+  auto* refusal = std::get_if<mono::Refusal>(&r);
+  Verdict mine{refusal == nullptr, refusal ? refusal->text() : std::string()};
+  const Agreement a = comm ? agree(*comm, mine) : Agreement{mine.ok, {mine}};
+  if (!a.ok) {
+    if (comm) {  // every rank knows every reason; rank 0 reports them
+      if (comm->rank() == 0)
+        std::fprintf(stderr, "note: mono refused on %s\n  (every rank runs every step natively)\n",
+                     a.refusals().c_str());
+    } else {
+      std::fprintf(stderr, "note: %s\n  (every step runs natively)\n", mine.reason.c_str());
+    }
+    return;  // a runner this rank created is destroyed here, before any step
+  }
+  auto& runner = std::get<std::unique_ptr<mono::MonoRunner>>(r);
+  std::fprintf(stderr, "note: %s\n", runner->describe().c_str());
+  be.add_layer_range_runner(std::move(runner));
+}
+
+// One GPU rank per process of an mpirun job: the process's rank of the MPI communicator, the GPU
+// of its local rank, its shard of the prepared weights, NCCL (or host-staged) collectives whose
+// choice every rank agrees on, rank 0 leading (lead_or_follow).
+std::unique_ptr<Backend> make_cuda_mpi_rank(const BackendChoice& c, const std::string& model_dir,
+                                            const PrepareOptions& po, const native::PrepareLoadOptions& lo,
+                                            native::CudaBackendOptions o, const char* command) {
+  std::shared_ptr<Communicator> comm = mpi_rank_comm(c, command);
+  const int rank = comm->rank();
+  int gpus = 0;
+  M3_CUDA_CHECK(cudaGetDeviceCount(&gpus));
+  int local = env_int("OMPI_COMM_WORLD_LOCAL_RANK"), local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local < 0) local = env_int("MPI_LOCALRANKID");
+  if (local < 0) local = env_int("SLURM_LOCALID");
+  if (local < 0) local = rank;
+  if (local_size < 0) local_size = c.tp;
+  const int device = local % gpus;
+  M3_CUDA_CHECK(cudaSetDevice(device));
+  // which collectives: every rank must make the same choice, so the rank-local facts (GPUs on this
+  // host, NCCL in this build) are agreed first
+  const bool own_gpu = local_size <= gpus, nccl = native::nccl_available();
+  const Verdict can{own_gpu && nccl, !nccl ? std::string("this build has no NCCL")
+                                           : own_gpu ? std::string()
+                                                     : fmt::format("{} ranks share {} GPU(s) on its host", local_size, gpus)};
+  const Agreement all = agree(*comm, can);
+  M3_CHECK(c.tp_comm != "nccl" || all.ok, "{}: --tp-comm nccl: not every rank can use NCCL ({})", command,
+           all.refusals());
+  const bool use_nccl = c.tp_comm != "host" && all.ok;
+  if (rank == 0)
+    std::fprintf(stderr, "note: tensor parallelism on the GPU under mpirun: %d ranks, %s collectives%s%s\n", c.tp,
+                 use_nccl ? "nccl" : "host-staged", all.ok ? "" : ": ", all.ok ? "" : all.refusals().c_str());
+  std::fprintf(stderr, "note: rank %d on GPU %d of %d\n", rank, device, gpus);
+  PrepareOptions rpo = po;
+  rpo.tp_rank = rank;
+  rpo.tp_size = c.tp;
+  std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, rpo, lo);
+  o.device = device;
+  o.comm = use_nccl ? std::shared_ptr<native::DeviceComm>(native::make_nccl_comm(*comm))
+                    : std::shared_ptr<native::DeviceComm>(native::make_host_staged_comm(comm));
+  auto be = native::make_cuda_backend(std::move(pw), o);
+  if (c.mono) add_mono_agreed(*be, comm.get());
+  return lead_or_follow(std::move(be), std::move(comm), command);
+}
+}  // namespace
+#endif
+
 std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::string& model_dir,
                                              const ModelSpec& spec, const char* command) {
   validate_backend_choice(c, command);
@@ -82,9 +202,6 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
 #if M3_WITH_CUDA
   if (cuda) {
     M3_CHECK(native::cuda_device_available(), "{}: --device cuda: no CUDA device is visible", command);
-    M3_CHECK(c.tp == 1 || !mpi_launched(),
-             "{}: --tp {} on the GPU under mpirun is not built yet (one process runs every GPU rank as a thread: "
-             "start it without mpirun)", command, c.tp);
     if (c.weights != "checkpoint")
       std::fprintf(stderr, "note: --weights applies to the CPU reference; CUDA always runs the prepared weights\n");
     native::PrepareLoadOptions lo;
@@ -97,6 +214,7 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
     o.kv_dtype = o.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F8_E4M3);
     o.num_cache_blocks = std::max(c.cache_blocks, 1);
     if (c.max_seq_len > 0) o.max_model_len = std::min(c.max_seq_len, o.num_cache_blocks * spec.index_block);
+    if (c.tp > 1 && mpi_launched()) return make_cuda_mpi_rank(c, model_dir, po, lo, o, command);
     if (c.tp > 1) {  // one rank backend per thread, each loading its own shard on its own device
       native::CudaTpOptions to;
       to.tp = c.tp;
@@ -119,16 +237,7 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
     std::shared_ptr<const native::PreparedWeights> pw = native::PreparedWeights::load(model_dir, po, lo);
     note_router(pw->layout(), po.router_bf16);
     auto be = native::make_cuda_backend(std::move(pw), o);
-    if (c.mono) {
-      auto r = mono::create(be->model(), mono::MonoOptions{});
-      if (auto* refusal = std::get_if<mono::Refusal>(&r)) {
-        std::fprintf(stderr, "note: %s\n  (every step runs natively)\n", refusal->text().c_str());
-      } else {
-        auto& runner = std::get<std::unique_ptr<mono::MonoRunner>>(r);
-        std::fprintf(stderr, "note: %s\n", runner->describe().c_str());
-        be->add_layer_range_runner(std::move(runner));
-      }
-    }
+    if (c.mono) add_mono_agreed(*be, nullptr);
     return be;
   }
 #else
@@ -142,30 +251,20 @@ std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::
     std::fprintf(stderr, "note: --router-dtype applies to the prepared weights (CUDA, or --weights prepared)\n");
   ref::RefOptions ro(std::max(c.cache_blocks, 1), c.threads);
   ro.tp = c.tp;
-  if (c.tp > 1 && mpi_launched()) {  // one rank per process of the mpirun job
-#if M3_WITH_MPI
-    ro.comm = make_mpi_communicator();
-    M3_CHECK(ro.comm->size() == c.tp, "{}: --tp {} under mpirun -np {}: start one process per rank", command, c.tp,
-             ro.comm->size());
-    if (ro.comm->rank() != 0) {  // rank 0 reports; the others compute beside it (errors still on stderr)
-      std::fflush(stdout);
-      if (!std::freopen("/dev/null", "w", stdout)) std::fprintf(stderr, "note: rank %d keeps its stdout\n", ro.comm->rank());
-    }
-    std::fprintf(stderr, "note: tensor-parallel rank %d of %d (mpi)\n", ro.comm->rank(), ro.comm->size());
-#else
-    M3_FAIL("{}: started by mpirun with --tp {}, but this build has no MPI (install libopenmpi-dev and rebuild); "
-            "without mpirun the {} ranks run as threads of one process", command, c.tp, c.tp);
-#endif
-  }
+  if (c.tp > 1 && mpi_launched()) ro.comm = mpi_rank_comm(c, command);  // one rank per process of the job
   ro.cache.kv_dtype = ro.cache.ik_dtype = cache_dtype_of(c.cache_dtype, DType::F32);
+  std::unique_ptr<Backend> be;
   if (c.tp > 1 && c.weights == "checkpoint") {  // each rank reads only its slices of the files
     SafetensorsSet files = SafetensorsSet::open(model_dir);
     const WeightBinding binding = bind_weights(build_checkpoint_table(spec, files, model_dir), files);
-    return ref::make_ref_backend(spec, *make_weight_source(binding), ro);
+    be = ref::make_ref_backend(spec, *make_weight_source(binding), ro);
+  } else {
+    ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec, c.router_dtype == "bfloat16")
+                                             : load_model_weights(model_dir, spec);
+    be = ref::make_ref_backend(spec, std::move(w), ro);
   }
-  ModelWeights w = c.weights == "prepared" ? load_prepared_dequantized(model_dir, spec, c.router_dtype == "bfloat16")
-                                           : load_model_weights(model_dir, spec);
-  return ref::make_ref_backend(spec, std::move(w), ro);
+  if (ro.comm) return lead_or_follow(std::move(be), ro.comm, command);
+  return be;
 }
 
 }  // namespace m3::cli

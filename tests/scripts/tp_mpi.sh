@@ -6,7 +6,11 @@
 #      threaded --tp 2 run (the sums are added in rank order either way);
 #   2. generate at --tp 4 (KV heads replicated) under mpirun gives tp 1's greedy ids;
 #   3. a process count other than --tp is an error naming both;
-#   4. a rank killed mid-run (kill -9) makes the whole job exit non-zero within 10 s.
+#   4. a rank killed mid-run (kill -9) makes the whole job exit non-zero within 10 s;
+#   5. serve at --tp 2 under mpirun: rank 0 alone serves HTTP and broadcasts each step, the other
+#      rank follows; after an idle stretch longer than the collectives' timeout (kept alive by rank
+#      0's heartbeats) `m3mono smoke` gets the single-request outputs at every concurrency, and
+#      SIGTERM to rank 0 stops the server cleanly, ends the follower and the job with exit 0.
 # Skips (exit 0, saying so) when this build or machine has no MPI (mpirun, or m3mono built without it).
 #   bash tp_mpi.sh <m3mono-binary> <source-dir>
 set -euo pipefail
@@ -64,3 +68,37 @@ if kill -0 "$job" 2>/dev/null; then kill -9 "$job"; fail "the job still runs 10 
 wait "$job" || rc=$?
 [ "$rc" -ne 0 ] || fail "the job exited 0 after a rank was killed"
 echo "ok: a killed rank ended the job in $(( $(date +%s) - t0 )) s with exit $rc"
+
+# 5. serve under mpirun: rank 0 leads, rank 1 follows
+"$bin" make-tiny --out "$tmp/srv" >/dev/null 2>&1 || fail "make-tiny"
+: >"$tmp/serve.log"
+M3_TP_TIMEOUT_S=5 mpirun -np 2 "$bin" serve --model "$tmp/srv" --served-model-name tiny --port 0 --device cpu \
+  --tp 2 --threads 1 --cache-blocks 16 >"$tmp/serve.log" 2>&1 &
+job=$!
+port=""
+for _ in $(seq 600); do
+  port=$(sed -n 's|.*listening on http://[^:]*:\([0-9]*\).*|\1|p' "$tmp/serve.log" | head -n 1)
+  [ -n "$port" ] && break
+  kill -0 "$job" 2>/dev/null || { cat "$tmp/serve.log"; fail "serve under mpirun exited before listening"; }
+  sleep 0.1
+done
+[ -n "$port" ] || { kill -9 "$job"; cat "$tmp/serve.log"; fail "serve under mpirun did not listen"; }
+[ "$(grep -c 'listening on' "$tmp/serve.log")" = 1 ] || { kill -9 "$job"; fail "more than one rank listens"; }
+sleep 8  # idle past M3_TP_TIMEOUT_S: only the heartbeats keep the follower's wait alive
+kill -0 "$job" 2>/dev/null || { cat "$tmp/serve.log"; fail "the job ended while idle (no heartbeat?)"; }
+"$bin" smoke --url "http://127.0.0.1:$port" --concurrency 3,1 --requests 6 --distinct 4 --max-tokens 8 \
+  --max-prompt 30 >"$tmp/smoke.txt" 2>&1 || { kill -9 "$job"; cat "$tmp/smoke.txt" "$tmp/serve.log"; fail "smoke against serve --tp 2 under mpirun"; }
+leader=""
+for p in $(pgrep -P "$job" -f "m3mono serve"); do
+  grep -qz '^OMPI_COMM_WORLD_RANK=0$' "/proc/$p/environ" 2>/dev/null && leader=$p
+done
+[ -n "$leader" ] || { kill -9 "$job"; fail "no rank-0 process found"; }
+kill -TERM "$leader"
+rc=0
+for _ in $(seq 200); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then kill -9 "$job"; cat "$tmp/serve.log"; fail "the job still runs 20 s after rank 0 stopped"; fi
+wait "$job" || rc=$?
+[ "$rc" -eq 0 ] || { cat "$tmp/serve.log"; fail "serve under mpirun exited $rc after rank 0 stopped"; }
+grep -q "stopped cleanly" "$tmp/serve.log" || { cat "$tmp/serve.log"; fail "no clean-shutdown line"; }
+grep -q "rank 1 followed [1-9][0-9]* steps" "$tmp/serve.log" || { cat "$tmp/serve.log"; fail "the follower ran no step"; }
+echo "ok: serve --tp 2 under mpirun: $(grep -o 'rank 1 followed [0-9]* steps' "$tmp/serve.log"), smoke passed, clean stop"

@@ -131,9 +131,14 @@ std::unique_ptr<Communicator> make_mpi_communicator() {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) {
+    // serialized: rank 0's steps (the scheduler's or the server's thread) and its heartbeat to the
+    // followers (runtime/tp_leader.h) call MPI from different threads, never at the same time
     int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     std::atexit(finalize_at_exit);
+    M3_CHECK(provided >= MPI_THREAD_SERIALIZED, "tensor parallelism over MPI: this MPI provides thread level {}, "
+             "below MPI_THREAD_SERIALIZED ({}), which rank 0's heartbeat thread needs", provided,
+             int(MPI_THREAD_SERIALIZED));
   }
   return std::make_unique<MpiComm>();
 }
