@@ -45,8 +45,11 @@ M3_HOST_DEVICE constexpr bool gemv_rows_ok(int mt, int rows, bool swiglu) {
   return rows == gemv_rows_per_item(mt) || (rows == 1 && !swiglu && mt <= 4) ||
          (rows == kGemvPrefillRows && !swiglu && mt == 16);
 }
+// R = 1 at one or two tokens (the router): 12 chunks, so that the F32 router's rows of 6144 (1536
+// chunks: 12 a thread) are loaded in one round instead of two (8 + 4); the sums' order does not
+// depend on it.
 M3_HOST_DEVICE constexpr int gemv_chunks_in_flight(int mt, int rows) {
-  return rows == 1 ? (mt <= 2 ? 8 : 4) : (mt <= 2 ? 4 : 2);
+  return rows == 1 ? (mt <= 2 ? 12 : 4) : (mt <= 2 ? 4 : 2);
 }
 // The block sums (MT x R values per warp), then the fused norm's inv per token.
 M3_HOST_DEVICE constexpr int gemv_inv_offset_floats(int mt, int rows) { return (kGemvThreads / 32) * mt * rows; }
