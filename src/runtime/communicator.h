@@ -40,6 +40,13 @@ class Communicator {
   virtual void all_gather(const void* in, void* out, size_t bytes) = 0;
   // This rank leaves the group: the others' pending and later collectives fail naming it and why.
   virtual void fail(const std::string& why) = 0;
+  // The longest this rank's collectives wait from now on, and what a wait past it means (said when
+  // it fails); 0: the engine's own limit again. Engines whose limit is the group's (the in-process
+  // one) keep it.
+  virtual void set_wait_limit(std::chrono::milliseconds limit, const std::string& meaning) {
+    (void)limit;
+    (void)meaning;
+  }
 };
 
 // One rank's verdict on a decision, and what all ranks said.

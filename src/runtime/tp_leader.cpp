@@ -78,6 +78,9 @@ void send(Communicator& c, Kind kind, uint32_t flags, const std::vector<uint8_t>
   if (!payload.empty()) c.broadcast(const_cast<uint8_t*>(payload.data()), payload.size(), 0);
 }
 
+// A follower's longest wait for rank 0's next message once it has spoken (heartbeats: 2 s).
+constexpr std::chrono::milliseconds kLeaderSilence{10000};
+
 class LeaderBackend final : public Backend {
  public:
   LeaderBackend(std::unique_ptr<Backend> rank0, std::shared_ptr<Communicator> comm, LeaderOptions opt)
@@ -231,9 +234,18 @@ int64_t follow_tp_leader(Backend& rank, Communicator& comm) {
   M3_CHECK(comm.rank() > 0, "tp follower: rank 0 leads, it does not follow");
   int64_t steps = 0;
   std::vector<uint8_t> payload;
+  bool heard = false;
   for (;;) {
     Header h;
+    // once rank 0 has spoken, it speaks at least every heartbeat between steps: a silence of
+    // kLeaderSilence means it hangs (or died), and this rank ends the job naming it. (Before its
+    // first message rank 0 may still be loading: the engine's own limit.)
+    if (heard)
+      comm.set_wait_limit(kLeaderSilence, fmt::format("rank 0 sent no step and no heartbeat for {} s: it hangs or "
+                                                      "died", kLeaderSilence.count() / 1000));
     comm.broadcast(&h, sizeof h, 0);
+    comm.set_wait_limit(std::chrono::milliseconds(0), "");
+    heard = true;
     M3_CHECK(h.kind >= uint32_t(Kind::Step) && h.kind <= uint32_t(Kind::Stop),
              "tp follower (rank {}): unknown message kind {} from rank 0", comm.rank(), h.kind);
     if (h.kind == uint32_t(Kind::Stop)) return steps;

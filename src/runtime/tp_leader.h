@@ -10,6 +10,8 @@
 // trace requested, record_cache), idle (a heartbeat: rank 0 sends one when no message went out for
 // `heartbeat`, so a follower's wait never reaches the communicator's timeout while rank 0 waits for
 // requests), stop (rank 0's backend is closing: the followers return).
+// A follower that hears nothing from rank 0 for 10 s once it has spoken (no step, no heartbeat)
+// ends the job naming rank 0 (MPI: its wait limit, Communicator::set_wait_limit).
 // A step that fails on a follower is the follower's to report (stderr) and the loop goes on: the
 // ranks validate a batch alike, so rank 0 fails it too; a failure the group cannot survive (a
 // collective that fails) ends the follower with the error (the caller then makes its communicator
@@ -31,7 +33,8 @@ std::vector<uint8_t> encode_step(const StepBatch& batch);
 StepBatch decode_step(const uint8_t* data, size_t bytes);
 
 struct LeaderOptions {
-  std::chrono::milliseconds heartbeat{2000};  // the longest silence towards the followers
+  // the longest silence towards the followers (well below their 10 s limit)
+  std::chrono::milliseconds heartbeat{2000};
 };
 
 // Rank 0's backend: broadcasts each step to the followers, then runs it on `rank0` (its shard).

@@ -10,7 +10,9 @@
 #   5. serve at --tp 2 under mpirun: rank 0 alone serves HTTP and broadcasts each step, the other
 #      rank follows; after an idle stretch longer than the collectives' timeout (kept alive by rank
 #      0's heartbeats) `m3mono smoke` gets the single-request outputs at every concurrency, and
-#      SIGTERM to rank 0 stops the server cleanly, ends the follower and the job with exit 0.
+#      SIGTERM to rank 0 stops the server cleanly, ends the follower and the job with exit 0;
+#   6. a hung rank 0 (SIGSTOP while serving): the follower hears no heartbeat and ends the job
+#      within 15 s, non-zero, naming rank 0.
 # Skips (exit 0, saying so) when this build or machine has no MPI (mpirun, or m3mono built without it).
 #   bash tp_mpi.sh <m3mono-binary> <source-dir>
 set -euo pipefail
@@ -102,3 +104,31 @@ wait "$job" || rc=$?
 grep -q "stopped cleanly" "$tmp/serve.log" || { cat "$tmp/serve.log"; fail "no clean-shutdown line"; }
 grep -q "rank 1 followed [1-9][0-9]* steps" "$tmp/serve.log" || { cat "$tmp/serve.log"; fail "the follower ran no step"; }
 echo "ok: serve --tp 2 under mpirun: $(grep -o 'rank 1 followed [0-9]* steps' "$tmp/serve.log"), smoke passed, clean stop"
+
+# 6. rank 0 hangs: the follower's 10 s without a heartbeat ends the job
+: >"$tmp/hang.log"
+mpirun -np 2 "$bin" serve --model "$tmp/srv" --served-model-name tiny --port 0 --device cpu --tp 2 --threads 1 \
+  --cache-blocks 16 >"$tmp/hang.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  grep -q "listening on" "$tmp/hang.log" && break
+  kill -0 "$job" 2>/dev/null || { cat "$tmp/hang.log"; fail "serve under mpirun exited before listening"; }
+  sleep 0.1
+done
+leader=""
+for p in $(pgrep -P "$job" -f "m3mono serve"); do
+  grep -qz '^OMPI_COMM_WORLD_RANK=0$' "/proc/$p/environ" 2>/dev/null && leader=$p
+done
+[ -n "$leader" ] || { kill -9 "$job"; fail "no rank-0 process found"; }
+sleep 3  # the follower has heard a heartbeat
+kill -STOP "$leader"
+t0=$(date +%s)
+for _ in $(seq 250); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then
+  kill -CONT "$leader"; kill -9 "$job"; cat "$tmp/hang.log"; fail "the job still runs 25 s after rank 0 hung"
+fi
+rc=0
+wait "$job" || rc=$?
+[ "$rc" -ne 0 ] || fail "the job exited 0 after rank 0 hung"
+grep -q "rank 0 sent no step and no heartbeat" "$tmp/hang.log" || { cat "$tmp/hang.log"; fail "the error does not name rank 0"; }
+echo "ok: a hung rank 0 ended the job in $(( $(date +%s) - t0 )) s with exit $rc, naming it"

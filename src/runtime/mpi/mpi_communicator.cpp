@@ -81,6 +81,10 @@ class MpiComm final : public Communicator {
       MPI_Iallgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, comm_, r);
     });
   }
+  void set_wait_limit(std::chrono::milliseconds limit, const std::string& meaning) override {
+    timeout_ = limit.count() > 0 ? double(limit.count()) / 1000.0 : timeout_s();
+    meaning_ = limit.count() > 0 ? meaning : std::string();
+  }
   void fail(const std::string& why) override {
     std::fprintf(stderr, "m3mono: tensor-parallel rank %d of %d leaves the group: %s\n", rank_, size_, why.c_str());
     std::fflush(stderr);
@@ -113,7 +117,9 @@ class MpiComm final : public Communicator {
       MPI_Test(&req, &done, MPI_STATUS_IGNORE);
       if (done) return;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_)
-        fail(fmt::format("{} did not complete within {:.0f} s (M3_TP_TIMEOUT_S): a rank is stuck", what, timeout_));
+        fail(meaning_.empty()
+                 ? fmt::format("{} did not complete within {:.0f} s (M3_TP_TIMEOUT_S): a rank is stuck", what, timeout_)
+                 : fmt::format("{} did not complete within {:.0f} s: {}", what, timeout_, meaning_));
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -121,6 +127,7 @@ class MpiComm final : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   double timeout_ = 600;
+  std::string meaning_;  // what a wait past timeout_ means ("": a rank is stuck)
 };
 
 }  // namespace
