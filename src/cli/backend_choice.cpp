@@ -2,8 +2,15 @@
 // builds, the native backend over the prepared store loaded onto the GPU.
 #include "cli/backend_choice.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <vector>
 
 #include "core/check.h"
 #include "core/parallel.h"
@@ -41,6 +48,8 @@ void validate_backend_choice(const BackendChoice& c, const char* command) {
            "{}: --cache-dtype must be fp32, bf16 or fp8, got '{}'", command, c.cache_dtype);
   M3_CHECK(c.router_dtype == "float32" || c.router_dtype == "bfloat16",
            "{}: --router-dtype must be float32 or bfloat16, got '{}'", command, c.router_dtype);
+  M3_CHECK(c.tp_launch == "threads" || c.tp_launch == "processes",
+           "{}: --tp-launch must be threads or processes, got '{}'", command, c.tp_launch);
 }
 
 namespace {
@@ -70,6 +79,34 @@ std::shared_ptr<Communicator> mpi_rank_comm(const BackendChoice& c, const char* 
   M3_FAIL("{}: started by mpirun with --tp {}, but this build has no MPI (install libopenmpi-dev and rebuild); "
           "without mpirun the {} ranks run as threads of one process", command, c.tp, c.tp);
 #endif
+}
+
+// --tp-launch processes: this very command again as `mpirun -np N <it>` (the process becomes
+// mpirun; each rank then finds itself under mpirun and does not relaunch).
+[[noreturn]] void relaunch_under_mpirun(const BackendChoice& c, const char* command) {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t i = 0; i < all.size();) {
+    const size_t z = all.find('\0', i);
+    args.push_back(all.substr(i, z == std::string::npos ? std::string::npos : z - i));
+    i = z == std::string::npos ? all.size() : z + 1;
+  }
+  M3_CHECK(!args.empty(), "{}: --tp-launch processes: cannot read this command's arguments", command);
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  M3_CHECK(n > 0, "{}: --tp-launch processes: cannot find this program's path", command);
+  args[0] = std::string(exe, size_t(n));
+  std::vector<std::string> full = {"mpirun", "-np", std::to_string(c.tp)};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fprintf(stderr, "note: %s: --tp-launch processes: starting %d rank processes under mpirun\n", command, c.tp);
+  std::fflush(nullptr);
+  execvp("mpirun", argv.data());
+  M3_FAIL("{}: --tp-launch processes needs Open MPI's mpirun on PATH (scripts/install-deps.sh installs it): {}",
+          command, std::strerror(errno));
 }
 
 // Rank 0 leads: its backend broadcasts every step to the others (runtime/tp_leader.h) and is
@@ -198,6 +235,7 @@ std::unique_ptr<Backend> make_cuda_mpi_rank(const BackendChoice& c, const std::s
 std::unique_ptr<Backend> make_chosen_backend(const BackendChoice& c, const std::string& model_dir,
                                              const ModelSpec& spec, const char* command) {
   validate_backend_choice(c, command);
+  if (c.tp > 1 && c.tp_launch == "processes" && !mpi_launched()) relaunch_under_mpirun(c, command);
   bool cuda = c.device == "cuda" || (c.device == "auto" && cuda_usable());
 #if M3_WITH_CUDA
   if (cuda) {

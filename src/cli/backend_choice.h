@@ -42,6 +42,10 @@ struct BackendChoice {
   // --tp-comm auto|nccl|host: the GPU ranks' collectives (NCCL: one GPU per rank; host: through the
   // host, any number of ranks per GPU, no CUDA graphs; auto: NCCL when every rank has its own GPU).
   std::string tp_comm = "auto";
+  // --tp-launch threads|processes: the ranks as threads of this process, or (processes, --tp > 1,
+  // not already under mpirun) this command started again as `mpirun -np N <the same command>`
+  // before anything is loaded: one rank per process, rank 0 reporting.
+  std::string tp_launch = "threads";
 };
 
 // Throws naming the flag when a value is not one of the choices.

@@ -21,6 +21,7 @@ struct ConformanceArgs {
   std::string model, golden, device = "cpu", weights = "checkpoint", cache_dtype, router_dtype = "float32";
   int threads = 0, tp = 1;
   std::string tp_comm = "auto";
+  std::string tp_launch = "threads";
   double tol = 1e-3;
 };
 
@@ -36,6 +37,7 @@ int run_conformance_cmd(const ConformanceArgs& a) {
   c.router_dtype = a.router_dtype;
   c.tp = a.tp;
   c.tp_comm = a.tp_comm;
+  c.tp_launch = a.tp_launch;
   auto b = make_chosen_backend(c, a.model, spec, "conformance");
   std::printf("conformance of %s (%s) against %s: %zu prompts\n", a.model.c_str(), b->name().c_str(),
               golden.string().c_str(), prompts.size());
@@ -56,7 +58,7 @@ RunFn setup_conformance(CLI::App& app) {
   app.add_option("--model", a->model, "checkpoint directory (config.json + safetensors)")->required();
   app.add_option("--golden", a->golden, "golden file (default: DIR/golden.safetensors)");
   app.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
-  add_tp_options(app, a->tp, a->tp_comm);
+  add_tp_options(app, a->tp, a->tp_comm, a->tp_launch);
   app.add_option("--tol", a->tol, "logits bound: max|d| <= tol * max|ref| per row")->capture_default_str();
   app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
   app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's store, dequantized)")

@@ -35,6 +35,7 @@ struct GenerateArgs {
   bool mono = false;
   int tp = 1;
   std::string tp_comm = "auto";
+  std::string tp_launch = "threads";
   SpeculativeArgs spec;
 };
 
@@ -46,6 +47,7 @@ std::unique_ptr<Backend> make_backend(const GenerateArgs& a, const ModelSpec& sp
   c.mono = a.mono;
   c.tp = a.tp;
   c.tp_comm = a.tp_comm;
+  c.tp_launch = a.tp_launch;
   return make_chosen_backend(c, a.model, spec, "generate");
 }
 
@@ -64,6 +66,7 @@ int run_generate(const GenerateArgs& a) {
   check.router_dtype = a.router_dtype;
   check.tp = a.tp;
   check.tp_comm = a.tp_comm;
+  check.tp_launch = a.tp_launch;
   validate_backend_choice(check, "generate");
   for (size_t i = 0; i < prompt.size(); ++i)
     M3_CHECK(prompt[i] < spec.vocab_size, "generate: --prompt-ids entry {} ({}) is outside the vocabulary [0, {})", i,
@@ -121,7 +124,7 @@ RunFn setup_generate(CLI::App& app) {
   app.add_option("--top-p", a->top_p, "nucleus mass (1 = off)")->capture_default_str();
   app.add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
-  add_tp_options(app, a->tp, a->tp_comm);
+  add_tp_options(app, a->tp, a->tp_comm, a->tp_launch);
   app.add_option("--device", a->device, "cpu, cuda or auto (auto: CUDA when available, else cpu)")->capture_default_str();
   app.add_option("--weights", a->weights, "CPU reference weights: checkpoint (fp32) or prepared (the GPU's FP8/MXFP4 store, dequantized)")
       ->capture_default_str();

@@ -35,6 +35,7 @@ struct ServeArgs {
   int threads = 0;
   int tp = 1;
   std::string tp_comm = "auto";
+  std::string tp_launch = "threads";
   std::string device = "auto", weights = "checkpoint", router_dtype = "float32";
   int max_num_seqs = 16;
   int max_step_tokens = 512;
@@ -124,6 +125,7 @@ int run_serve(ServeArgs a) {
   choice.mono = a.mono;
   choice.tp = a.tp;
   choice.tp_comm = a.tp_comm;
+  choice.tp_launch = a.tp_launch;
   validate_backend_choice(choice, "serve");
   std::fprintf(stderr, "m3mono serve: loading %s\n", a.model.c_str());
   ModelSpec spec = load_model_spec(dir);
@@ -208,7 +210,7 @@ M3_COMMAND(
       app.add_option("--router-dtype", a->router_dtype, "prepared router weight: float32 or bfloat16 (logits, sigmoid and bias stay fp32)")
           ->capture_default_str();
       app.add_option("--threads", a->threads, "CPU backend threads (0 = all cores)")->capture_default_str();
-      add_tp_options(app, a->tp, a->tp_comm);
+      add_tp_options(app, a->tp, a->tp_comm, a->tp_launch);
       app.add_flag("--mono", a->mono,
                    "CUDA: the fused persistent decode path for the steps it serves (decode and verify steps, <= 4 "
                    "rows of <= 4 tokens); /metrics counts steps per path and fallbacks by reason");

@@ -5,14 +5,19 @@
 
 namespace m3::cli {
 
-void add_tp_options(CLI::App& app, int& tp, std::string& tp_comm) {
+void add_tp_options(CLI::App& app, int& tp, std::string& tp_comm, std::string& tp_launch) {
   app.add_option("--tp", tp,
-                 "tensor-parallel ranks: the CPU reference runs them as threads of this process (one per process "
-                 "under mpirun); the GPU path as threads of this process, rank r on GPU r mod the visible GPUs")
+                 "tensor-parallel ranks: threads of this process (rank r on GPU r mod the visible GPUs), or one "
+                 "process each under mpirun (--tp-launch processes, or started by `mpirun -np N`): rank 0 runs "
+                 "the command, the others follow its steps")
       ->capture_default_str();
   app.add_option("--tp-comm", tp_comm,
                  "GPU tensor parallelism's collectives: nccl (one GPU per rank), host (through the host: ranks may "
                  "share a GPU; no CUDA graphs) or auto (nccl when every rank has its own GPU)")
+      ->capture_default_str();
+  app.add_option("--tp-launch", tp_launch,
+                 "threads (the ranks in this process) or processes (this command starts itself again under "
+                 "`mpirun -np N`, one process per rank; needs Open MPI's mpirun on PATH)")
       ->capture_default_str();
 }
 

@@ -1,4 +1,5 @@
-// The tensor-parallel flags of generate, serve and conformance (cli/backend_choice.h: --tp, --tp-comm).
+// The tensor-parallel flags of generate, serve and conformance (cli/backend_choice.h: --tp, --tp-comm,
+// --tp-launch).
 #pragma once
 #include <string>
 
@@ -8,6 +9,6 @@ class App;
 
 namespace m3::cli {
 
-void add_tp_options(CLI::App& app, int& tp, std::string& tp_comm);
+void add_tp_options(CLI::App& app, int& tp, std::string& tp_comm, std::string& tp_launch);
 
 }  // namespace m3::cli

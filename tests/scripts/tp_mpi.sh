@@ -12,7 +12,9 @@
 #      0's heartbeats) `m3mono smoke` gets the single-request outputs at every concurrency, and
 #      SIGTERM to rank 0 stops the server cleanly, ends the follower and the job with exit 0;
 #   6. a hung rank 0 (SIGSTOP while serving): the follower hears no heartbeat and ends the job
-#      within 15 s, non-zero, naming rank 0.
+#      within 15 s, non-zero, naming rank 0;
+#   7. `generate --tp 2 --tp-launch processes` (no mpirun typed) starts its own two rank processes
+#      and gives tp 1's greedy ids.
 # Skips (exit 0, saying so) when this build or machine has no MPI (mpirun, or m3mono built without it).
 #   bash tp_mpi.sh <m3mono-binary> <source-dir>
 set -euo pipefail
@@ -132,3 +134,10 @@ wait "$job" || rc=$?
 [ "$rc" -ne 0 ] || fail "the job exited 0 after rank 0 hung"
 grep -q "rank 0 sent no step and no heartbeat" "$tmp/hang.log" || { cat "$tmp/hang.log"; fail "the error does not name rank 0"; }
 echo "ok: a hung rank 0 ended the job in $(( $(date +%s) - t0 )) s with exit $rc, naming it"
+
+# 7. the command starts its own rank processes
+ids2=$("$bin" generate --model "$model" --device cpu --tp 2 --tp-launch processes --threads 1 --prompt-ids 5,6,7,8 \
+  --max-tokens 12 2>"$tmp/launch.err" | tail -1)
+[ -n "$ids1" ] && [ "$ids1" = "$ids2" ] || { cat "$tmp/launch.err"; fail "--tp-launch processes: '$ids2', tp 1: '$ids1'"; }
+grep -q "rank 1 of 2 (mpi)" "$tmp/launch.err" || { cat "$tmp/launch.err"; fail "no second rank process"; }
+echo "ok: generate --tp 2 --tp-launch processes: $ids2 (tp 1 the same)"
