@@ -14,7 +14,9 @@
 #   6. a hung rank 0 (SIGSTOP while serving): the follower hears no heartbeat and ends the job
 #      within 15 s, non-zero, naming rank 0;
 #   7. `generate --tp 2 --tp-launch processes` (no mpirun typed) starts its own two rank processes
-#      and gives tp 1's greedy ids.
+#      and gives tp 1's greedy ids;
+#   8. a follower that hangs mid-generation (SIGSTOP, --tp 4): the heartbeat watch ends the job
+#      within 10 s, non-zero, naming that rank.
 # Skips (exit 0, saying so) when this build or machine has no MPI (mpirun, or m3mono built without it).
 #   bash tp_mpi.sh <m3mono-binary> <source-dir>
 set -euo pipefail
@@ -132,7 +134,8 @@ fi
 rc=0
 wait "$job" || rc=$?
 [ "$rc" -ne 0 ] || fail "the job exited 0 after rank 0 hung"
-grep -q "rank 0 sent no step and no heartbeat" "$tmp/hang.log" || { cat "$tmp/hang.log"; fail "the error does not name rank 0"; }
+grep -Eq "rank 0 (sent no step and no heartbeat|has sent no heartbeat)" "$tmp/hang.log" ||
+  { cat "$tmp/hang.log"; fail "the error does not name rank 0"; }
 echo "ok: a hung rank 0 ended the job in $(( $(date +%s) - t0 )) s with exit $rc, naming it"
 
 # 7. the command starts its own rank processes
@@ -141,3 +144,32 @@ ids2=$("$bin" generate --model "$model" --device cpu --tp 2 --tp-launch processe
 [ -n "$ids1" ] && [ "$ids1" = "$ids2" ] || { cat "$tmp/launch.err"; fail "--tp-launch processes: '$ids2', tp 1: '$ids1'"; }
 grep -q "rank 1 of 2 (mpi)" "$tmp/launch.err" || { cat "$tmp/launch.err"; fail "no second rank process"; }
 echo "ok: generate --tp 2 --tp-launch processes: $ids2 (tp 1 the same)"
+
+# 8. a follower hangs mid-generation: the heartbeat watch ends the job within 10 s, naming it
+: >"$tmp/fhang.log"
+mpirun -np 4 "$bin" generate --model "$model" --device cpu --tp 4 --threads 1 --prompt-ids 1,2,3 \
+  --max-tokens 4000 >"$tmp/fhang.log" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 300); do  # rank 2's process, once it runs steps
+  for p in $(pgrep -P "$job" -f "m3mono generate" || true); do
+    grep -qz '^OMPI_COMM_WORLD_RANK=2$' "/proc/$p/environ" 2>/dev/null && victim=$p
+  done
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { kill -9 "$job" 2>/dev/null; cat "$tmp/fhang.log"; fail "no rank-2 process found"; }
+sleep 3  # loaded and decoding
+kill -0 "$job" 2>/dev/null || { cat "$tmp/fhang.log"; fail "generate --tp 4 ended before the hang"; }
+kill -STOP "$victim"
+t0=$(date +%s%N)
+for _ in $(seq 100); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then
+  kill -CONT "$victim"; kill -9 "$job"; cat "$tmp/fhang.log"; fail "the job still runs 10 s after rank 2 hung"
+fi
+dt=$(( ($(date +%s%N) - t0) / 1000000 ))
+rc=0
+wait "$job" || rc=$?
+[ "$rc" -ne 0 ] || fail "the job exited 0 after rank 2 hung"
+grep -q "rank 2 has sent no heartbeat" "$tmp/fhang.log" || { cat "$tmp/fhang.log"; fail "the error does not name rank 2"; }
+echo "ok: a follower hung mid-generation ended the job in ${dt} ms with exit $rc, naming rank 2"

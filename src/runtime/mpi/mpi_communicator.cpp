@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "runtime/mpi/peer_liveness.h"
 
 namespace m3 {
 
@@ -20,7 +21,9 @@ namespace {
 void finalize_at_exit() {
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin) MPI_Finalize();
+  if (fin) return;
+  stop_peer_liveness();  // goodbye to the peers, the heartbeat thread done before MPI ends
+  MPI_Finalize();
 }
 
 double timeout_s() {
@@ -116,7 +119,16 @@ class MpiComm final : public Communicator {
     for (int done = 0;;) {
       MPI_Test(&req, &done, MPI_STATUS_IGNORE);
       if (done) return;
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_)
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // a peer that said goodbye (its process ended in order) will not join: past a grace for its
+      // last messages to land, fail now rather than at the timeout
+      if (waited > 2.0) {
+        const std::string gone = peers_left();
+        if (!gone.empty())
+          fail(fmt::format("{} cannot complete: {} of {} left the group (ended in order) without joining it", what,
+                           gone, size_));
+      }
+      if (waited > timeout_)
         fail(meaning_.empty()
                  ? fmt::format("{} did not complete within {:.0f} s (M3_TP_TIMEOUT_S): a rank is stuck", what, timeout_)
                  : fmt::format("{} did not complete within {:.0f} s: {}", what, timeout_, meaning_));
@@ -138,16 +150,24 @@ std::unique_ptr<Communicator> make_mpi_communicator() {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) {
-    // serialized: rank 0's steps (the scheduler's or the server's thread) and its heartbeat to the
-    // followers (runtime/tp_leader.h) call MPI from different threads, never at the same time
+    // multiple: the liveness watch (runtime/mpi/peer_liveness.h) calls MPI on its own thread while
+    // the collectives run; serialized at least: rank 0's steps (the scheduler's or the server's
+    // thread) and its heartbeat to the followers (runtime/tp_leader.h) call MPI from different
+    // threads, never at the same time
     int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     std::atexit(finalize_at_exit);
     M3_CHECK(provided >= MPI_THREAD_SERIALIZED, "tensor parallelism over MPI: this MPI provides thread level {}, "
              "below MPI_THREAD_SERIALIZED ({}), which rank 0's heartbeat thread needs", provided,
              int(MPI_THREAD_SERIALIZED));
   }
-  return std::make_unique<MpiComm>();
+  auto comm = std::make_unique<MpiComm>();
+  LivenessOptions live;
+  live.silence = liveness_silence_from_env();
+  if (!start_peer_liveness(MPI_COMM_WORLD, live) && comm->rank() == 0 && comm->size() > 1 && live.silence.count() > 0)
+    std::fprintf(stderr, "m3mono: note: this MPI has no MPI_THREAD_MULTIPLE, so no heartbeat watch runs: a hung rank "
+                 "ends the job only at M3_TP_TIMEOUT_S\n");
+  return comm;
 }
 
 }  // namespace m3
