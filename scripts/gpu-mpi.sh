@@ -7,7 +7,9 @@
 #   2. --mono under mpirun: every rank's refusal is agreed and listed, every step runs natively and
 #      the ids are the same;
 #   3. serve --tp 2 under mpirun: one listener; `m3mono smoke` equals single-request runs; SIGTERM to
-#      rank 0 ends the job with exit 0 and the follower ran steps.
+#      rank 0 ends the job with exit 0 and the follower ran steps;
+#   4. a GPU follower stopped (SIGSTOP) 2 s into a generation: the heartbeat watch
+#      (runtime/mpi/peer_liveness.h) ends the job within 10 s, non-zero, naming rank 1.
 # Needs mpirun on PATH (scripts/ompi-bundle.sh brings this machine's Open MPI).
 #   scripts/gpu-mpi.sh BIN        (BIN: a folder with m3mono, as scripts/gpubin.sh unpacks it)
 set -uo pipefail
@@ -68,6 +70,36 @@ else
   wait "$job"; rc=$?
   [ "$rc" -eq 0 ] || fail "serve under mpirun exited $rc"
   grep -E "followed|stopped cleanly|collectives" "$tmp/serve.log"
+fi
+# 4. a follower hangs mid-generation
+: >"$tmp/hang.log"
+mpirun -np 2 "$M" generate --model "$tmp/m" --device cuda --tp 2 --prompt-ids 3,1,4 --max-tokens 4000 \
+  >"$tmp/hang.log" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 600); do
+  for p in $(pgrep -P "$job" -f "m3mono generate" || true); do
+    grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$p/environ" 2>/dev/null && victim=$p
+  done
+  [ -n "$victim" ] && grep -q "rank 1 of 2" "$tmp/hang.log" && break
+  sleep 0.1
+done
+sleep 2  # loading its shard or decoding: a hang anywhere must end the job
+if [ -z "$victim" ] || ! kill -0 "$job" 2>/dev/null; then
+  fail "no decoding rank-1 process to stop"; tail -20 "$tmp/hang.log"; kill -9 "$job" 2>/dev/null
+else
+  kill -STOP "$victim"
+  t0=$(date +%s%N)
+  for _ in $(seq 100); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  dt=$(( ($(date +%s%N) - t0) / 1000000 ))
+  if kill -0 "$job" 2>/dev/null; then
+    fail "the job still runs 10 s after rank 1 hung"; kill -CONT "$victim"; kill -9 "$job"; tail -20 "$tmp/hang.log"
+  else
+    wait "$job"; rc=$?
+    [ "$rc" -ne 0 ] || fail "the job exited 0 after rank 1 hung"
+    grep -q "rank 1 has sent no heartbeat" "$tmp/hang.log" || { fail "the error does not name rank 1"; tail -20 "$tmp/hang.log"; }
+    echo "ok: a GPU follower hung mid-generation ended the job in $dt ms (exit $rc)"
+  fi
 fi
 [ "$fails" -eq 0 ] && echo "gpu-mpi: PASS" || echo "gpu-mpi: $fails FAILED"
 exit "$fails"
