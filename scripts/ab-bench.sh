@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Device call: the same decode bench for an older m3mono (.gpubin/base/m3mono.xz, packed from an
-# earlier gpubin) and a new gpubin (.gpubin/NEW, scripts/gpubin.sh pack), interleaved twice on one
-# machine so that the ratio is measured in one run. Full logs under $OUT; a table of medians last.
+# Device call: the same decode bench for an older m3mono (.gpubin/base: a full pack, or m3mono.xz
+# alone, from an earlier build) and a new gpubin (.gpubin/NEW, scripts/gpubin.sh pack), interleaved
+# twice on one machine so that the ratio is measured in one run. Full logs under $OUT; a table of
+# medians last.
 # Usage (on the device): scripts/ab-bench.sh NEW [extra --paths entry, e.g. mono:early=0]
-# Environment: MORE="x y" more binaries (.gpubin/x/m3mono.xz, run with NEW's libraries) between
+# Environment: MORE="x y" more binaries (.gpubin/x, as base; run with NEW's libraries) between
 # base and NEW in each round; LAYERS (default 60), BATCH (default 1,2,4).
 set -euo pipefail
 NEW=${1:?usage: scripts/ab-bench.sh NEW [extra path]}
@@ -11,9 +12,8 @@ EXTRA=${2:-}
 OUT=${OUT:-/tmp/ab-out}
 mkdir -p "$OUT"
 [ -x ".gpubin/$NEW/m3mono" ] || scripts/gpubin.sh unpack ".gpubin/$NEW" >/dev/null
-for b in base ${MORE:-}; do
-  xz -dkf ".gpubin/$b/m3mono.xz"
-  chmod +x ".gpubin/$b/m3mono"
+for b in base ${MORE:-}; do  # a full pack (scripts/gpubin.sh pack) or m3mono.xz alone
+  [ -x ".gpubin/$b/m3mono" ] || scripts/gpubin.sh unpack ".gpubin/$b" >/dev/null
 done
 export LD_LIBRARY_PATH=$PWD/.gpubin/$NEW/lib
 rows=()

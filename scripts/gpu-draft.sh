@@ -12,8 +12,7 @@ OUT=${OUT:-/tmp/gpu-draft}
 mkdir -p "$OUT"
 export M3_TEST_DATA="$PWD/tests/data"
 for d in "$NEW" $BASE; do
-  for f in "$d"/*.xz; do [ -f "$f" ] && xz -d -f "$f"; done
-  chmod +x "$d"/m3mono "$d"/m3_tests_gpu 2>/dev/null
+  ls "$d"/*.xz >/dev/null 2>&1 && scripts/gpubin.sh unpack "$d" >/dev/null
 done
 run() {  # DIR: its libraries first (NEW's when it has none)
   local d=$1 lib=$1/lib; shift

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Binaries built here, carried to the GPU machine (the device tool's `carry`, 64 MiB with the tree):
-#   scripts/gpubin.sh pack DIR [BUILD]   m3mono and m3_tests_gpu of BUILD (default build/release),
-#                                        xz-compressed, and the shared libraries the GPU machine
-#                                        lacks (everything but libc, libstdc++ and CUDA's) in DIR/lib
+#   scripts/gpubin.sh pack DIR [BUILD]   m3mono and m3_tests_gpu of BUILD (default build/release) in
+#                                        one xz stream (DIR/bin.tar.xz: the two share their device
+#                                        code, so one dictionary holds both in ~11 MB where two files
+#                                        took ~20), and the shared libraries the GPU machine lacks
+#                                        (everything but libc, libstdc++ and CUDA's) in DIR/lib.tar.xz
 #   scripts/gpubin.sh unpack DIR         on the GPU machine: decompress in place (DIR then holds what
-#                                        scripts/gpu-check.sh, gpu-mono.sh and bench-native.sh take)
+#                                        scripts/gpu-check.sh, gpu-mono.sh and bench-native.sh take);
+#                                        also takes the older layout (m3mono.xz, m3_tests_gpu.xz)
 #   scripts/gpubin.sh pymod DIR [BUILD]  the Python module's parts for a GPU machine whose python3 is
 #                                        not this one's: BUILD's static libraries and the module's
 #                                        Python-independent objects, nanobind's sources, the fmt and
@@ -23,8 +26,12 @@ case "$cmd" in
     rm -rf "$DIR" && mkdir -p "$DIR/lib"
     for b in "$BUILD/m3mono" "$BUILD/tests/m3_tests_gpu"; do
       [ -x "$b" ] || { echo "gpubin: $b is not built" >&2; exit 1; }
-      xz -T2 -3 -c "$b" >"$DIR/$(basename "$b").xz"
     done
+    # one thread and a dictionary larger than m3mono, so m3_tests_gpu's copy of the device code is
+    # found in it (XZ_PRESET: 0 for a quick pack, e.g. in the tests)
+    B=$(cd "$BUILD" && pwd)
+    tar -cf - -C "$B" m3mono -C "$B/tests" m3_tests_gpu |
+      xz -T1 --lzma2=preset="${XZ_PRESET:-6}",dict=64MiB >"$DIR/bin.tar.xz"
     ldd "$BUILD/m3mono" "$BUILD/tests/m3_tests_gpu" | awk '/=> \// {print $3}' | sort -u |
       grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so|/cuda' |
       while read -r l; do cp -L "$l" "$DIR/lib/"; done
@@ -32,9 +39,14 @@ case "$cmd" in
     du -sh "$DIR"
     ;;
   unpack)
-    [ -f "$DIR/lib.tar.xz" ] && { xz -dc "$DIR/lib.tar.xz" | tar -C "$DIR" -xf - && rm -f "$DIR/lib.tar.xz"; }
-    for f in "$DIR"/*.xz; do xz -d -f "$f"; done
-    chmod +x "$DIR"/m3mono "$DIR"/m3_tests_gpu
+    for t in lib bin; do
+      [ -f "$DIR/$t.tar.xz" ] && { xz -dc "$DIR/$t.tar.xz" | tar -C "$DIR" -xf - && rm -f "$DIR/$t.tar.xz"; }
+    done
+    for f in "$DIR"/*.xz; do [ -f "$f" ] && xz -d -f "$f"; done  # the older layout: one file each
+    [ -f "$DIR/m3mono" ] || { echo "gpubin: $DIR holds no m3mono (pack it with scripts/gpubin.sh pack)" >&2; exit 1; }
+    chmod +x "$DIR/m3mono"
+    [ -f "$DIR/m3_tests_gpu" ] && chmod +x "$DIR/m3_tests_gpu"  # (a bench-only directory has none)
+    true
     ;;
   pymod)
     BUILD=${3:-build/release}

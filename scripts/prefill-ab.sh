@@ -14,7 +14,7 @@ NEW=${1:?usage: scripts/prefill-ab.sh NEW}
 OUT=${OUT:-/tmp/prefill-ab}
 mkdir -p "$OUT"
 [ -x ".gpubin/$NEW/m3mono" ] || scripts/gpubin.sh unpack ".gpubin/$NEW" >/dev/null
-xz -dkf .gpubin/base/m3mono.xz && chmod +x .gpubin/base/m3mono
+[ -x .gpubin/base/m3mono ] || scripts/gpubin.sh unpack .gpubin/base >/dev/null  # a full pack or m3mono.xz alone
 export LD_LIBRARY_PATH=$PWD/.gpubin/$NEW/lib
 export M3_TEST_DATA="$PWD/tests/data"
 rc=0
