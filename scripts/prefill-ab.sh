@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device call for a prefill change: an older m3mono (.gpubin/base/m3mono.xz) against a new gpubin
-# (.gpubin/NEW, scripts/gpubin.sh pack) in one run.
+# Device call for a prefill change: an older m3mono (.gpubin/base: a full pack or m3mono.xz alone)
+# against a new gpubin (.gpubin/NEW, scripts/gpubin.sh pack) in one run.
 #   1. GPU tests of NEW (TESTS, default GpuMoeMma.*);
 #   2. the prefill of PREFILL tokens (default 8K; tp4 rank, 60 layers) base, new, base, new, and
 #      each binary's op-by-op spans;

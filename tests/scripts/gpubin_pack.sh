@@ -11,14 +11,13 @@ BUILD=$(cd "$(dirname "$M3")" && pwd)
 fail() { echo "FAIL: $*"; exit 1; }
 [ -x "$BUILD/tests/m3_tests_gpu" ] || fail "$BUILD/tests/m3_tests_gpu is not built (the CUDA targets build with nvcc)"
 W=$(mktemp -d)
-trap 'rm -rf "$W" "$SRC/.gpubin/ctest-$$"' EXIT
+trap 'rm -rf "$W"' EXIT
 cd "$SRC"
 
-# pack into .gpubin (where the script keeps packs), unpack a copy elsewhere
-XZ_PRESET=0 scripts/gpubin.sh pack ".gpubin/ctest-$$" "$BUILD" >"$W/pack.log" 2>&1 || fail "pack: $(tail -3 "$W/pack.log")"
-ls ".gpubin/ctest-$$" | sort | tr '\n' ' ' | grep -qx 'bin.tar.xz lib.tar.xz ' ||
-  fail "pack wrote $(ls ".gpubin/ctest-$$" | tr '\n' ' '), not bin.tar.xz and lib.tar.xz"
-cp -r ".gpubin/ctest-$$" "$W/new"
+XZ_PRESET=0 scripts/gpubin.sh pack "$W/new" "$BUILD" >"$W/pack.log" 2>&1 || fail "pack: $(tail -3 "$W/pack.log")"
+packed=$(du -sh "$W/new" | cut -f1)
+ls "$W/new" | sort | tr '\n' ' ' | grep -qx 'bin.tar.xz lib.tar.xz ' ||
+  fail "pack wrote $(ls "$W/new" | tr '\n' ' '), not bin.tar.xz and lib.tar.xz"
 scripts/gpubin.sh unpack "$W/new" >"$W/unpack.log" 2>&1 || fail "unpack: $(tail -3 "$W/unpack.log")"
 cmp "$W/new/m3mono" "$M3" || fail "m3mono differs after pack + unpack"
 cmp "$W/new/m3_tests_gpu" "$BUILD/tests/m3_tests_gpu" || fail "m3_tests_gpu differs after pack + unpack"
@@ -31,9 +30,10 @@ ls "$W/new"/*.xz >/dev/null 2>&1 && fail "compressed files left after unpack: $(
 mkdir -p "$W/old" && xz -0 -c "$M3" >"$W/old/m3mono.xz"
 scripts/gpubin.sh unpack "$W/old" >"$W/old.log" 2>&1 || fail "unpack of m3mono.xz alone: $(tail -3 "$W/old.log")"
 cmp "$W/old/m3mono" "$M3" || fail "m3mono.xz unpacked to different bytes"
+[ -x "$W/old/m3mono" ] || fail "m3mono unpacked from m3mono.xz is not executable"
 
 # nothing to unpack: refused, naming the folder
 mkdir -p "$W/empty"
 if scripts/gpubin.sh unpack "$W/empty" >"$W/empty.log" 2>&1; then fail "unpack of an empty folder succeeded"; fi
 grep -q "$W/empty holds no m3mono" "$W/empty.log" || fail "unpack of an empty folder said: $(cat "$W/empty.log")"
-echo "PASS: gpubin pack / unpack ($(du -sh ".gpubin/ctest-$$" | cut -f1) packed)"
+echo "PASS: gpubin pack / unpack ($packed packed)"
