@@ -313,6 +313,10 @@ __device__ __forceinline__ void load_mx(WRun<W> (&wr)[RT], const MmaLinearParams
 
 // (MXFP8 holds one block fewer than FP8 at RT 1: its runs' scale bytes made the decode tile's walk
 // spill at 72 registers with 3, ptxas 2026-12-06; 2 spills nothing. Any U gives the same sums.)
+// Blocks per load group of chain_sum_whole (two groups in registers: 108 registers at 1, 2 or 3,
+// ptxas 2026-12-07; 2 keeps 4 KB of a warp's weights in flight).
+constexpr int kWholeU = 2;
+
 template <WeightFmt W>
 constexpr int blocks_in_flight(int rt) {
   if constexpr (W == WeightFmt::MXFP8) return rt >= 4 ? 1 : 2;
@@ -438,6 +442,74 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
 }
 
 
+// chain_sum for a whole decode item of global FP8 or BF16 weights and one token tile (every row of
+// the tile < N, K % kMmaKBlock == 0): the same blocks, block sums and chain sum, so the same bits.
+// Two groups of U blocks in registers, the next group's weights in flight while this group's are
+// multiplied (chain_sum issues a group only after the previous group's MMAs); the row pointers and
+// the token's pointer advance once a group, every load at an immediate offset from them; no bounds
+// or zero fills, and the padding tokens' columns read a real row (xrow: token t0 + g's row, or
+// row 0 for a padding token; the epilogue stores real tokens only).
+template <WeightFmt W, ActFmt X, int RT, int U>
+__device__ __forceinline__ void chain_sum_whole(const MmaLinearParams& p, int n0, int blo, int bhi, int lane,
+                                                const uint8_t* xrow, float (&chain)[RT][1][4]) {
+  static_assert(W == WeightFmt::FP8 || W == WeightFmt::BF16, "whole items: global FP8 / BF16 weights");
+  constexpr int es = is_e4m3(W) ? 1 : 2, xb = X == ActFmt::F32 ? 4 : 2;
+  const int g = lane >> 2, t = lane & 3;
+  const uint8_t* row[RT][2];
+  bool rok[RT][2];
+  const int bstride = weight_rows<W, RT>(p, n0, g, row, rok);
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row[rt][h] += int64_t(blo) * bstride + 16 * t * es;
+  const uint8_t* xp = xrow + int64_t(blo * kMmaKBlock + 16 * t) * xb;
+  zero<RT, 1>(chain);
+  if (blo >= bhi) return;
+  // blocks b .. b + U - 1 (those before bhi) at the row pointers, which then pass them
+  auto load_group = [&](WRun<W>(&wr)[U][RT], int b) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u > 0 && b + u >= bhi) break;  // warp-uniform
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < WRun<W>::kVec; ++i)
+            wr[u][rt].v[h][i] = wstream::ld_stream(row[rt][h] + u * bstride + 16 * i);
+    }
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row[rt][h] += U * bstride;
+  };
+  // their MMAs in block order (the token's run of each block read as block_mma reads it), then the
+  // token's pointer past them
+  auto mma_group = [&](const WRun<W>(&wr)[U][RT], int b) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (b + u >= bhi) break;  // warp-uniform
+      float blk[RT][1][4];
+      zero<RT, 1>(blk);
+      uint32_t bh[4][2], bl[4][2];
+      act_run<X, true>(xp + u * kMmaKBlock * xb, true, 0, p.K, bh, bl);
+      block_steps_1tok<W, X, RT>(wr[u], bh, bl, blk);
+      add_into<RT, 1>(chain, blk);
+    }
+    xp += U * kMmaKBlock * xb;
+  };
+  WRun<W> wa[U][RT], wb[U][RT];
+  load_group(wa, blo);
+  for (int b = blo; b < bhi; b += 2 * U) {
+    if (b + U < bhi) load_group(wb, b + U);
+    mma_group(wa, b);
+    if (b + U >= bhi) break;
+    if (b + 2 * U < bhi) load_group(wa, b + 2 * U);
+    mma_group(wb, b + U);
+  }
+}
+
+
 // The epilogue of one output row value (total over chains): row scale.
 template <WeightFmt W>
 __device__ __forceinline__ float scaled(const MmaLinearParams& p, float tot, int n) {
@@ -516,8 +588,22 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
   const mma::EarlyScale<W, RT, NT> scale(p, n0, g);
   if (warp < P) {
     float chain[RT][NT][4];
-    mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P), mma::chain_begin(warp + 1, blocks, P),
-                                 lane, chain);
+    // a whole decode item of native's decode tile (uniform over the group): chain_sum_whole, the
+    // same bits. (The mono kernel's body, kNormAny, keeps chain_sum: there the whole walk's two
+    // load groups spilled inside its loop and the step ran slower, 2026-12-07, docs/perf.md.)
+    constexpr bool kWhole = NT == 1 && NORM != kNormAny && (W == WeightFmt::FP8 || W == WeightFmt::BF16);
+    if (kWhole && p.K % kMmaKBlock == 0 && n0 + 16 * RT <= p.N) {
+      if constexpr (kWhole) {
+        const int tk = t0 + (lane >> 2);
+        const uint8_t* xrow =
+            static_cast<const uint8_t*>(p.x) + int64_t(tk < p.M ? tk : 0) * p.ld_x * (X == ActFmt::F32 ? 4 : 2);
+        mma::chain_sum_whole<W, X, RT, mma::kWholeU>(p, n0, mma::chain_begin(warp, blocks, P),
+                                                     mma::chain_begin(warp + 1, blocks, P), lane, xrow, chain);
+      }
+    } else {
+      mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P),
+                                   mma::chain_begin(warp + 1, blocks, P), lane, chain);
+    }
     mma::store_partials<RT, NT>(chain, warp, lane, smem);
   }
   // the norm's inv after the walk (before it, its code made the walk spill)
@@ -748,14 +834,15 @@ struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
     mma_linear_wide_item<W, X, RT, NT>(p, w, g, smem);
   }
 };
-// The decode tile (1 x 1) held to 72 registers: 28 warps per SM, so two items of up to 14 warps
-// share an SM (mma_linear_chains aims at 14 warps per SM: one wave).
+// The decode tile (1 x 1) held to 128 registers: 16 warps per SM, as many as mma_linear_chains
+// puts on an SM (at most 16 / ceil(tiles / SMs) chains an item: one wave). (It was held to 72, 28
+// warps an SM, until 2026-12-07: chain_sum_whole's two load groups spill there.)
 // NORM: the norm's halves it handles (kNormNone, kNormIn: p.nin, kNormOut: p.nout; native's
 // launcher picks by mma_norm_mode, so that the plain tile's code is what it was and each mode
-// spills no more than it must at 72 registers; kNormAny: all, decided from p, the mono kernel's
-// one body for every mode: measured faster there than one body per mode, 2026-12-03).
+// spills no more than it must; kNormAny: all, decided from p, the mono kernel's one body for every
+// mode: measured faster there than one body per mode, 2026-12-03).
 template <WeightFmt W, ActFmt X, int NORM = kNormNone>
-struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 72> {
+struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 128> {
   using Params = MmaLinearParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
     mma_linear_wide_item<W, X, 1, 1, NORM>(p, w, g, smem);
