@@ -313,15 +313,15 @@ __device__ __forceinline__ void load_mx(WRun<W> (&wr)[RT], const MmaLinearParams
 
 // (MXFP8 holds one block fewer than FP8 at RT 1: its runs' scale bytes made the decode tile's walk
 // spill at 72 registers with 3, ptxas 2026-12-06; 2 spills nothing. Any U gives the same sums.)
-// Blocks per load group of chain_sum_whole (two groups in registers: 108 registers at 1, 2 or 3,
-// ptxas 2026-12-07; 2 keeps 4 KB of a warp's weights in flight).
-constexpr int kWholeU = 2;
-
 template <WeightFmt W>
 constexpr int blocks_in_flight(int rt) {
   if constexpr (W == WeightFmt::MXFP8) return rt >= 4 ? 1 : 2;
   return W == WeightFmt::FP8 ? (rt >= 4 ? 1 : rt == 2 ? 2 : 3) : (rt >= 2 ? 1 : 2);
 }
+
+// Blocks per load group of chain_sum_whole (two groups in registers: 108 registers at 1, 2 or 3,
+// ptxas 2026-12-07; 2 keeps 4 KB of a warp's weights in flight).
+constexpr int kWholeU = 2;
 
 // One token's block: its 4 steps (hi MMA, then lo MMA for fp32 x) into blk (+0 on entry).
 template <WeightFmt W, ActFmt X, int RT>
