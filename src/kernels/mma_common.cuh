@@ -85,6 +85,22 @@ __device__ __forceinline__ void add_into(float (&chain)[RT][NT][4], const float 
 // Chain j of P covers blocks [chain_begin(j), chain_begin(j + 1)) of `blocks`.
 __device__ __forceinline__ int chain_begin(int j, int blocks, int P) { return int(int64_t(j) * blocks / P); }
 
+// A register walk of blocks [blo, bhi) in groups of U blocks, two groups in registers (wa, wb):
+// load(w, b) issues blocks b .. b + U - 1 (those before bhi) into w, mul(w, b) multiplies them in
+// block order; each group's loads are issued before the previous group's MMAs, so one group is
+// always in flight while the other is multiplied.
+template <int U, class G, class Load, class Mul>
+__device__ __forceinline__ void walk_two_groups(int blo, int bhi, G& wa, G& wb, Load load, Mul mul) {
+  load(wa, blo);
+  for (int b = blo; b < bhi; b += 2 * U) {
+    if (b + U < bhi) load(wb, b + U);
+    mul(wa, b);
+    if (b + U >= bhi) break;
+    if (b + 2 * U < bhi) load(wa, b + 2 * U);
+    mul(wb, b + U);
+  }
+}
+
 // ---- wide mode (shared memory: mma_wide_smem_floats(RT, NT, P) floats) ----
 
 // Warp `warp`'s chain sums into part[warp] (the block must synchronize before ordered_total).

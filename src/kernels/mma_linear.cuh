@@ -499,14 +499,7 @@ __device__ __forceinline__ void chain_sum_whole(const MmaLinearParams& p, int n0
     xp += U * kMmaKBlock * xb;
   };
   WRun<W> wa[U][RT], wb[U][RT];
-  load_group(wa, blo);
-  for (int b = blo; b < bhi; b += 2 * U) {
-    if (b + U < bhi) load_group(wb, b + U);
-    mma_group(wa, b);
-    if (b + U >= bhi) break;
-    if (b + 2 * U < bhi) load_group(wa, b + 2 * U);
-    mma_group(wb, b + U);
-  }
+  walk_two_groups<U>(blo, bhi, wa, wb, load_group, mma_group);
 }
 
 

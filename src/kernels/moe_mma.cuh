@@ -350,6 +350,8 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
     }
     return;
   }
+  // (mma::walk_two_groups' loop, written out: through the helper, nvcc schedules this walk's
+  // loads differently, nvdisasm 2026-12-07; not measured, so this one keeps its own copy)
   B wa[U][RT], wb[U][RT];
   load_group(wa, blo);
   for (int b = blo; b < bhi; b += 2 * U) {
