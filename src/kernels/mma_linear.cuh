@@ -312,7 +312,8 @@ __device__ __forceinline__ void load_mx(WRun<W> (&wr)[RT], const MmaLinearParams
 }
 
 // (MXFP8 holds one block fewer than FP8 at RT 1: its runs' scale bytes made the decode tile's walk
-// spill at 72 registers with 3, ptxas 2026-12-06; 2 spills nothing. Any U gives the same sums.)
+// spill at 72 registers with 3, ptxas 2026-12-06, when the tile was held to 72; 2 spills nothing.
+// Any U gives the same sums.)
 template <WeightFmt W>
 constexpr int blocks_in_flight(int rt) {
   if constexpr (W == WeightFmt::MXFP8) return rt >= 4 ? 1 : 2;
