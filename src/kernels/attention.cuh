@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/act_split.cuh"
 #include "kernels/attention_common.cuh"
 #include "kernels/attention_params.h"
 #include "kernels/work_kernel.cuh"
@@ -293,10 +294,15 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
       const int h = warp + kAttnWarps * j;
       if (h >= G) continue;
       const float inv = attention_out_scale(Lr[j], p.v_scale);
-      float* o = p.out + (int64_t(t) * p.num_heads + int64_t(g) * G + h) * D + lane * kEpl;
+      const int col = (g * G + h) * D + lane * kEpl;  // of row t (H * D values)
+      float* o = p.out + int64_t(t) * p.num_heads * D + col;
       if (pv_lane) {
 #pragma unroll
-        for (int e = 0; e < kEpl; ++e) o[e] = __fmul_rn(Ar[j][e], inv);
+        for (int e = 0; e < kEpl; ++e) {
+          const float v = __fmul_rn(Ar[j][e], inv);
+          o[e] = v;
+          if (p.out_split) store_split_element(p.out_split + 2 * int64_t(t) * p.num_heads * D, col + e, v);
+        }
       }
     }
   }
@@ -381,7 +387,9 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
     for (int j = 0; j < 16; ++j)
       if (k0 + j < n) a = attention_fold(a, v[j], FoldWeights{0.f, wa[h * C + k0 + j], wb[h * C + k0 + j]});
   }
-  o[i] = __fmul_rn(a, inv[h]);
+  const float v = __fmul_rn(a, inv[h]);
+  o[i] = v;
+  if (p.out_split) store_split_element(p.out_split + 2 * int64_t(t) * H * D, g * G * D + i, v);
 }
 
 // ---- the ops (attention_params.h shapes) ----

@@ -32,6 +32,7 @@ struct AttentionParams {
   int tiles_per_chunk = 2;     // P: 32-key tiles per chunk (fixed per backend: the numerics depend on it)
   int max_chunks = 1;          // C: chunks of the longest key list of the launch (workspace stride)
   float* out = nullptr;        // [T, H*D]
+  uint16_t* out_split = nullptr;  // optional [T][2 H*D]: out split for a decode tile (kernels/act_split.cuh)
   float* part_o = nullptr;     // [T, KV, C, G, D]   (S > 1)
   float* part_ml = nullptr;    // [T, KV, C, G, 2]   (S > 1)
   int32_t* part_n = nullptr;   // [T, KV] chunks of (t, g) (S > 1)

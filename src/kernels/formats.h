@@ -8,7 +8,11 @@ namespace m3::kernels {
 enum class WeightFmt : int { FP8, BF16, F32, MXFP8 };
 // E4M3 codes, one byte an element (FP8 and MXFP8)
 constexpr bool is_e4m3(WeightFmt w) { return w == WeightFmt::FP8 || w == WeightFmt::MXFP8; }
-enum class ActFmt : int { BF16, F32 };          // activation formats
+// Activation formats: bf16; fp32; fp32 handed over already split into bf16 hi / lo
+// (kernels/act_split.cuh: the decode tile's input, written so by the op that produces it).
+enum class ActFmt : int { BF16, F32, F32Split };
+constexpr int act_bytes(ActFmt x) { return x == ActFmt::BF16 ? 2 : 4; }  // bytes an element
+constexpr bool act_has_lo(ActFmt x) { return x != ActFmt::BF16; }        // x = hi + lo: two MMAs a step
 enum class CacheFmt : int { FP8, BF16 };        // K/V and index-K cache elements
 
 }  // namespace m3::kernels

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/act_split.cuh"
 #include "kernels/fused_norm_params.h"
 #include "kernels/group.cuh"
 
@@ -74,14 +75,17 @@ __device__ __forceinline__ float norm_inv_warp(const float* s, int C, int n, flo
 
 // Fused producer: one output value v of row tk, column col (every lane of the calling half-warp
 // calls it in the same step, `live` uniform over the half-warp, lane % 16 = col % 16): adds v into
-// the residual stream, stores z, and the lane of col % 16 == 0 stores the chunk's sum.
+// the residual stream, stores z (and its split, f.zs), and the lane of col % 16 == 0 stores the
+// chunk's sum.
 __device__ __forceinline__ void norm_out_element(const NormOut& f, bool live, int tk, int col, float v, int lane) {
   float r = 0.f;
   if (live) {
     float* rp = f.res + int64_t(tk) * f.ld + col;
     r = __fadd_rn(*rp, v);
     *rp = r;
-    f.z[int64_t(tk) * f.ld + col] = norm_z(r, f.w, col);
+    const float z = norm_z(r, f.w, col);
+    f.z[int64_t(tk) * f.ld + col] = z;
+    if (f.zs) store_split_element(f.zs + 2 * int64_t(tk) * f.ld, col, z);
   }
   const float q = norm_chunk_halfwarp(r, live, lane);
   if (live && col % kNormChunk == 0) f.ss[int64_t(tk) * norm_chunks(f.n) + col / kNormChunk] = q;

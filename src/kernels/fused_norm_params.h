@@ -28,6 +28,7 @@ struct NormOut {
   const uint16_t* w = nullptr;   // [n] the norm's weight
   float* z = nullptr;            // [M][ld] r * (1 + w)
   float* ss = nullptr;           // [M][n / kNormChunk]
+  uint16_t* zs = nullptr;        // optional [M][2 ld]: z split for a decode tile (kernels/act_split.cuh)
   int64_t ld = 0;
   int n = 0;
 };

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/act_split.cuh"
 #include "kernels/group.cuh"
 #include "kernels/mma_params.h"
 #include "kernels/swiglu.cuh"
@@ -30,21 +31,6 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
-}
-
-// bf16x2 {lo element, hi element}, round to nearest even.
-__device__ __forceinline__ uint32_t pack_bf16x2(float e0, float e1) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(e1), "f"(e0));
-  return d;
-}
-
-// x = hi + lo for a pair of fp32 values (hi = bf16(x), lo = bf16(x - hi)).
-__device__ __forceinline__ void split_hi_lo(float e0, float e1, uint32_t& hi, uint32_t& lo) {
-  hi = pack_bf16x2(e0, e1);
-  const float r0 = __fsub_rn(e0, __uint_as_float(hi << 16));
-  const float r1 = __fsub_rn(e1, __uint_as_float(hi & 0xffff0000u));
-  lo = pack_bf16x2(r0, r1);
 }
 
 // Rows n0 + rt*16 + g + 8h (a lane's rows of a warp's row tiles) of a [N][ld]-byte tensor: their

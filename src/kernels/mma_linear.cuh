@@ -18,7 +18,8 @@
 //   - BF16 weights: as they are.
 //   - fp32 activations: x = hi + lo with hi = bf16_rn(x), lo = bf16_rn(x - hi) (x - hi is exact
 //     in fp32), so |x - hi - lo| <= 2^-18 |x|; both are multiplied (two MMAs, hi first).
-//     bf16 activations: hi only (one MMA).
+//     bf16 activations: hi only (one MMA). fp32 activations handed over split (ActFmt::F32Split,
+//     kernels/act_split.cuh: the decode tile only) are these hi and lo as the producer split them.
 // K order (free inside a k16 step as long as A and B agree): K is cut into blocks of 64
 // elements. In block b, lane t owns the 16 contiguous elements k = 64b + 16t .. +15 of its rows
 // (one 16-byte load per row for FP8, two for BF16) and of its token; MMA step s (0..3) of the
@@ -178,6 +179,17 @@ template <>
 struct ActRaw<ActFmt::BF16> {
   uint4 v[2];
 };
+template <>
+struct ActRaw<ActFmt::F32Split> {
+  uint4 v[4];  // step s: {hi e0 e1, hi e2 e3, lo e0 e1, lo e2 e3} (act_split.cuh)
+};
+
+// A split group with its elements k + i at or past K zeroed (i = 1 .. 3; k < K).
+__device__ __forceinline__ void mask_split_group(uint4& v, int k, int K) {
+  if (k + 1 >= K) { v.x &= 0xffffu; v.z &= 0xffffu; }
+  if (k + 2 >= K) { v.y = 0; v.w = 0; }
+  else if (k + 3 >= K) { v.y &= 0xffffu; v.w &= 0xffffu; }
+}
 
 template <ActFmt X, bool FULL>
 __device__ __forceinline__ void act_load(const uint8_t* xrow, bool ok, int kc, int K, ActRaw<X>& r) {
@@ -192,6 +204,14 @@ __device__ __forceinline__ void act_load(const uint8_t* xrow, bool ok, int kc, i
         if (k + 2 >= K) r.v[s].z = 0.f;
         if (k + 3 >= K) r.v[s].w = 0.f;
       }
+    }
+  } else if constexpr (X == ActFmt::F32Split) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int k = kc + 4 * s;
+      r.v[s] = make_uint4(0, 0, 0, 0);
+      if (ok && (FULL || k < K)) r.v[s] = __ldg(reinterpret_cast<const uint4*>(xrow) + (k >> 2));
+      if constexpr (!FULL) mask_split_group(r.v[s], k, K);
     }
   } else {
 #pragma unroll
@@ -212,6 +232,14 @@ __device__ __forceinline__ void act_split(const ActRaw<X>& r, int kc, int K, uin
     for (int s = 0; s < 4; ++s) {
       split_hi_lo(r.v[s].x, r.v[s].y, hi[s][0], lo[s][0]);
       split_hi_lo(r.v[s].z, r.v[s].w, hi[s][1], lo[s][1]);
+    }
+  } else if constexpr (X == ActFmt::F32Split) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      hi[s][0] = r.v[s].x;
+      hi[s][1] = r.v[s].y;
+      lo[s][0] = r.v[s].z;
+      lo[s][1] = r.v[s].w;
     }
   } else {
 #pragma unroll
@@ -255,6 +283,14 @@ __device__ __forceinline__ void act_step(const uint8_t* xrow, bool ok, int k, in
     }
     split_hi_lo(v.x, v.y, hi[0], lo[0]);
     split_hi_lo(v.z, v.w, hi[1], lo[1]);
+  } else if constexpr (X == ActFmt::F32Split) {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (ok && (FULL || k < K)) v = __ldg(reinterpret_cast<const uint4*>(xrow) + (k >> 2));
+    if constexpr (!FULL) mask_split_group(v, k, K);
+    hi[0] = v.x;
+    hi[1] = v.y;
+    lo[0] = v.z;
+    lo[1] = v.w;
   } else {
     uint2 v = make_uint2(0, 0);
     if (ok && (FULL || k < K)) v = __ldg(reinterpret_cast<const uint2*>(xrow) + (k >> 2));
@@ -335,7 +371,7 @@ __device__ __forceinline__ void block_steps_1tok(const WRun<W> (&wr)[RT], const 
       uint32_t a[4];
       wr[rt].frag(s, a);
       mma_bf16(blk[rt][0], a, bh[s][0], bh[s][1]);
-      if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][0], a, bl[s][0], bl[s][1]);
+      if constexpr (act_has_lo(X)) mma_bf16(blk[rt][0], a, bl[s][0], bl[s][1]);
     }
 }
 
@@ -355,7 +391,7 @@ __device__ __forceinline__ void block_steps(const WRun<W> (&wr)[RT], Act act, fl
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt) {
         mma_bf16(blk[rt][nt], a[rt], bh[0], bh[1]);
-        if constexpr (X == ActFmt::F32) mma_bf16(blk[rt][nt], a[rt], bl[0], bl[1]);
+        if constexpr (act_has_lo(X)) mma_bf16(blk[rt][nt], a[rt], bl[0], bl[1]);
       }
     }
   }
@@ -415,7 +451,7 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
   for (int nt = 0; nt < NT; ++nt) {
     const int tk = t0 + nt * 8 + g;
     tok[nt] = tk < p.M;
-    xrow[nt] = static_cast<const uint8_t*>(p.x) + int64_t(tok[nt] ? tk : 0) * p.ld_x * (X == ActFmt::F32 ? 4 : 2);
+    xrow[nt] = static_cast<const uint8_t*>(p.x) + int64_t(tok[nt] ? tk : 0) * p.ld_x * act_bytes(X);
   }
   zero<RT, NT>(chain);
 
@@ -454,7 +490,7 @@ template <WeightFmt W, ActFmt X, int RT, int U>
 __device__ __forceinline__ void chain_sum_whole(const MmaLinearParams& p, int n0, int blo, int bhi, int lane,
                                                 const uint8_t* xrow, float (&chain)[RT][1][4]) {
   static_assert(W == WeightFmt::FP8 || W == WeightFmt::BF16, "whole items: global FP8 / BF16 weights");
-  constexpr int es = is_e4m3(W) ? 1 : 2, xb = X == ActFmt::F32 ? 4 : 2;
+  constexpr int es = is_e4m3(W) ? 1 : 2, xb = act_bytes(X);
   const int g = lane >> 2, t = lane & 3;
   const uint8_t* row[RT][2];
   bool rok[RT][2];
@@ -590,7 +626,7 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
       if constexpr (kWhole) {
         const int tk = t0 + (lane >> 2);
         const uint8_t* xrow =
-            static_cast<const uint8_t*>(p.x) + int64_t(tk < p.M ? tk : 0) * p.ld_x * (X == ActFmt::F32 ? 4 : 2);
+            static_cast<const uint8_t*>(p.x) + int64_t(tk < p.M ? tk : 0) * p.ld_x * act_bytes(X);
         mma::chain_sum_whole<W, X, RT, mma::kWholeU>(p, n0, mma::chain_begin(warp, blocks, P),
                                                      mma::chain_begin(warp + 1, blocks, P), lane, xrow, chain);
       }
@@ -850,6 +886,7 @@ struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 128> {
 template <WeightFmt W, ActFmt X, int RT, int NT>
 struct MmaDeepOp : OpBounds<kMmaDeepWarps * 32, 1> {
   static_assert(RT == 4 && NT == 4, "the deep walk's warp tile is 4 x 4");
+  static_assert(X != ActFmt::F32Split, "split activations feed the decode tile only");
   using Params = MmaLinearParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
     mma_linear_deep_work<W, X>(p, w, g, smem);

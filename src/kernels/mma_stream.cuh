@@ -69,7 +69,7 @@ __device__ __forceinline__ void mma_stream_item(const MmaLinearParams& p, int64_
 
     const int tk = t0 + gq;
     const bool tok = tk < p.M;
-    const uint8_t* xrow = static_cast<const uint8_t*>(p.x) + int64_t(tok ? tk : 0) * p.ld_x * (X == ActFmt::F32 ? 4 : 2);
+    const uint8_t* xrow = static_cast<const uint8_t*>(p.x) + int64_t(tok ? tk : 0) * p.ld_x * act_bytes(X);
     auto load = [&](int b, ActRaw<X>& r) {
       const int kc = b * kMmaKBlock + 16 * t;
       if ((b + 1) * kMmaKBlock <= K) act_load<X, true>(xrow, tok, kc, K, r);
@@ -98,7 +98,7 @@ __device__ __forceinline__ void mma_stream_item(const MmaLinearParams& p, int64_
     // the chain's activations into L1 while the weights land (64 bytes per lane and block; the
     // loads below then hit L1 instead of waiting on L2 block by block)
     if (tok)
-      for (int b = blo; b < bhi; ++b) prefetch_l1(xrow + int64_t(b * kMmaKBlock + 16 * t) * (X == ActFmt::F32 ? 4 : 2));
+      for (int b = blo; b < bhi; ++b) prefetch_l1(xrow + int64_t(b * kMmaKBlock + 16 * t) * act_bytes(X));
     mbar_wait(bar, 0);
     for (int b = blo; b < bhi; ++b) {
       WRun<WeightFmt::FP8> wr[1];

@@ -38,7 +38,9 @@ __device__ __forceinline__ void rmsnorm_work(const RmsNormParams& p, int row, Gr
       float r = x[i];
       if (res) r += res[i];
       if (ro) ro[i] = r;
-      p.y[int64_t(row) * p.ld_y + i] = norm_z(r, p.w, i);
+      const float z = norm_z(r, p.w, i);
+      p.y[int64_t(row) * p.ld_y + i] = z;
+      if (p.y_split) store_split_element(p.y_split + 2 * int64_t(row) * p.ld_y, i, z);
     }
     g.sync();
     const int C = norm_chunks(p.n);
@@ -131,6 +133,7 @@ __device__ __forceinline__ void rmsnorm_row_regs(const RmsNormParams& p, int row
       o.z = __fmul_rn(r[v].z, __fadd_rn(1.0f, __uint_as_float(wv[v].y << 16)));
       o.w = __fmul_rn(r[v].w, __fadd_rn(1.0f, __uint_as_float(wv[v].y & 0xffff0000u)));
       z[i] = o;
+      if (p.y_split) reinterpret_cast<uint4*>(p.y_split + 2 * int64_t(row) * p.ld_y)[i] = split_group4(o);
     }
     g.sync();
     if (g.warp() == 0) {

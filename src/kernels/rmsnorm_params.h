@@ -31,6 +31,7 @@ struct RmsNormParams {
   // inv[row] instead of the normalized row (no y_bf16).
   int prep = 0;
   float* inv = nullptr;  // [M] (prep)
+  uint16_t* y_split = nullptr;  // optional (prep): y split for a decode tile, [M][2 ld_y] (kernels/act_split.cuh)
 };
 
 // Work item = row; kNormThreads threads; smem: one float per warp, or (prep) the row's chunk sums.

@@ -7,7 +7,7 @@ namespace m3::mono {
 
 const char* op_code_name(OpCode c) {
   static const char* const names[] = {
-      "rms_norm_regs",       "rms_norm_strided",    "mma_decode_fp8_f32",  "mma_stream_fp8_f32",  "mma_wide2x2_fp8_f32",  "rope_fp8_fp8",
+      "rms_norm_regs",       "rms_norm_strided",    "mma_decode_fp8_f32",  "mma_stream_fp8_f32",  "mma_decode_fp8_split", "mma_wide2x2_fp8_f32",  "rope_fp8_fp8",
       "rope_fp8_bf16",       "rope_bf16_fp8",       "rope_bf16_bf16",      "indexer_scores_fp8",  "indexer_scores_bf16", "indexer_topk",
       "attn_split_fp8_d64",  "attn_split_fp8_d128", "attn_split_bf16_d64", "attn_split_bf16_d128", "attn_combine",
       "gemv_f32_m1",         "gemv_f32_m2",         "gemv_f32_m4",         "gemv_bf16_m1",       "gemv_bf16_m2",
@@ -31,6 +31,11 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
       return std::get<kernels::RmsNormParams>(op.params).regs ? OpCode::RmsNormRegs : OpCode::RmsNormStrided;
     case OpKind::MmaLinear: {
       const auto& p = std::get<kernels::MmaLinearParams>(op.params);
+      if (p.wfmt == WeightFmt::FP8 && p.xfmt == ActFmt::F32Split) {
+        if (p.deep || p.rt != 1 || p.nt != 1 || p.stream)
+          return no("split activations outside the decode tile's register walk");
+        return OpCode::MmaDecodeFp8Split;
+      }
       if (p.wfmt != WeightFmt::FP8 || p.xfmt != ActFmt::F32)
         return no("mono runs FP8 row-scaled projections over fp32 activations only");
       if (!p.deep && p.rt == 2 && p.nt == 2) return OpCode::MmaWide2x2Fp8F32;

@@ -5,6 +5,7 @@
 
 #include "native/attention.h"
 #include "native/indexer.h"
+#include "native/linear.h"
 #include "native/moe.h"
 
 namespace m3::native {
@@ -64,6 +65,9 @@ Activations::Activations(const ForwardModel& m, int max_tokens_, int logits_rows
       if (need <= kMaxAttnWorkspace) aws = std::max(aws, need);
     }
   attn_ws = DevBuf(std::max<size_t>(aws, 16));
+  split_rows = int(std::min<int64_t>(T, kMmaDecodeRows));
+  a_split = DevBuf(size_t(split_rows * H) * 4);
+  o_split = DevBuf(size_t(split_rows * s.q_dim()) * 4);
   if (DeviceComm* c = m.comm()) {
     const int64_t vr = m.weights().lm_head().rows;
     tp_chunk = std::min<int64_t>(T * H, kTpChunkFloats);

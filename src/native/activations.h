@@ -28,6 +28,11 @@ struct Activations {
   DevBuf moe_ws;        // the MoE workspace of T rows (native/moe.h)
   DevBuf idx_ws, sel;   // indexer block scores; selected blocks [T][kv_heads][topk]
   DevBuf attn_ws;       // attention chunk states (the multi-block mode)
+  // a and o split into bf16 hi / lo by their producers for the FP8 decode tiles that read them (the
+  // qkv and O projections; kernels/act_split.cuh: [split_rows][2 hidden], [split_rows][2 q_dim]
+  // bf16), for plans of up to split_rows = min(max_tokens, kMmaDecodeRows) rows
+  int split_rows = 0;
+  DevBuf a_split, o_split;
   // tensor parallelism (m.comm(): native/collective.h)
   int64_t tp_chunk = 0;   // floats a rank per all-gather of the rank reduce
   DevBuf tp_gather;       // [ranks][max(tp_chunk, logits_rows * vocab_rows)] the gathered partials / logits

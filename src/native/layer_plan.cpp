@@ -171,15 +171,26 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     o.n = H;
     return o;
   };
+  // The qkv and O projections' decode tiles read a and o split into bf16 hi / lo by their
+  // producers (use_split_activations; kernels/act_split.cuh): the input norm's prep op or the
+  // previous layer's MoE combine writes act.a_split, the attention op that writes o act.o_split.
+  const bool split = T <= act.split_rows && split_activations_enabled();
   bool in_fused = false;  // this layer's input norm was done by the previous layer's MoE combine
+  bool a_split = false;   // this layer's input norm writes act.a_split
   for (int l = 0; l < s.num_layers; ++l) {
     plan.layer_begin.push_back(int(ops.size()));
     const LayerViews& Lw = m.layer(l);
-    if (!in_fused)
+    if (!in_fused) {
       add(OpKind::RmsNorm, "norms", "input_norm", l,
           residual_norm_params(m, act, Lw.norms.input, T, /*add_f=*/l > 0, /*prep=*/halves));
+      auto& np = std::get<kernels::RmsNormParams>(ops.back().params);
+      a_split = split && np.prep;
+      if (a_split) np.y_split = act.a_split.get<uint16_t>();
+    }
     ops.push_back(fp8_linear(Lw.qkv, act.a.get(), H, T, act.proj.get<float>(), act.proj_ld, "qkv", l));
-    if (halves) std::get<kernels::MmaLinearParams>(ops.back().params).nin = in_fused ? nin_ss : nin_inv;
+    auto& qkv = std::get<kernels::MmaLinearParams>(ops.back().params);
+    if (halves) qkv.nin = in_fused ? nin_ss : nin_inv;
+    if (a_split) use_split_activations(qkv, act.a_split.get());
     in_fused = false;
 
     QkNormRopeArgs qa = qk_norm_rope_args(s, l);
@@ -221,10 +232,12 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     aa.workspace = act.attn_ws.get();
     aa.workspace_bytes = act.attn_ws.bytes();
     aa.out = act.o.get<float>();
-    const kernels::AttentionParams ap = make_attention_params(aa, mv, cv);
+    kernels::AttentionParams ap = make_attention_params(aa, mv, cv);
+    if (split) ap.out_split = act.o_split.get<uint16_t>();
     add(OpKind::AttentionSplit, "kv", "attention", l, ap);
     if (ap.num_splits > 1) add(OpKind::AttentionCombine, "kv", "attention_combine", l, ap);
     OpCall o_proj = fp8_linear(Lw.o, act.o.get(), s.q_dim(), T, act.f.get<float>(), H, "o", l);
+    if (split) use_split_activations(std::get<kernels::MmaLinearParams>(o_proj.params), act.o_split.get());
     auto post_norm = [&](bool prep) {
       return OpCall{OpKind::RmsNorm, "norms", "post_norm", l,
                     residual_norm_params(m, act, Lw.norms.post, T, /*add_f=*/true, prep)};
@@ -245,7 +258,10 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
       M3_CHECK(!moe.empty() && moe.back().kind == OpKind::MoeCombine, "layer plan: layer {}'s MoE ops end with {}", l,
                moe.empty() ? "nothing" : moe.back().name);
       if (fuse && l + 1 < s.num_layers) {
-        std::get<kernels::MoeCombineParams>(moe.back().params).nout = norm_out(m.layer(l + 1).norms.input);
+        kernels::NormOut& no = std::get<kernels::MoeCombineParams>(moe.back().params).nout;
+        no = norm_out(m.layer(l + 1).norms.input);
+        if (split) no.zs = act.a_split.get<uint16_t>();
+        a_split = split;
         in_fused = true;
       }
       ops.insert(ops.end(), moe.begin(), moe.end());

@@ -2,6 +2,7 @@
 // in its wide (decode: one item of P warps per tile) and deep (prefill: one warp per tile) modes,
 // and the CUDA-core GEMV (kernels/gemv.cuh), one item per (rows, token group).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -185,7 +186,7 @@ int mma_chains(int N, int K) { return kernels::mma_linear_chains(N, K, device_sm
 // reused twice from registers); deep 4 x 4 once its CTA tiles (256 rows x 64 tokens) fill the device.
 MmaTiling mma_tiling_for(int N, int K, int M) {
   (void)K;
-  if (M <= 8) return {1, 1, false};
+  if (M <= kMmaDecodeRows) return {1, 1, false};
   // (deep: CTA tiles of kMmaDeepRows x kMmaDeepTokens, at least one wave of them)
   const int64_t deep_tiles = kernels::ceil_div(N, kernels::kMmaDeepRows) * kernels::ceil_div(M, kernels::kMmaDeepTokens);
   if (M > 64 && deep_tiles >= int64_t(device_sm_count())) return {4, 4, true};
@@ -228,7 +229,48 @@ kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, con
   return p;
 }
 
+namespace {
+std::atomic<int> g_split_act{-1};  // set_split_activations' override (-1: the environment's)
+}  // namespace
+
+bool split_activations_enabled() {
+  static const bool env = [] {
+    const char* e = std::getenv("M3_SPLIT_ACT");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  const int o = g_split_act.load();
+  return o < 0 ? env : o != 0;
+}
+
+void set_split_activations(int on) { g_split_act.store(on < 0 ? -1 : on != 0 ? 1 : 0); }
+
+bool use_split_activations(kernels::MmaLinearParams& p, const void* xs) {
+  if (!xs || !split_activations_enabled() || p.wfmt != WeightFmt::FP8 || p.xfmt != ActFmt::F32 || p.deep ||
+      p.stream || p.rt != 1 || p.nt != 1)
+    return false;
+  M3_CHECK(reinterpret_cast<uintptr_t>(xs) % 16 == 0 && p.ld_x % 4 == 0,
+           "mma_linear: split activations need 16-byte aligned rows (ld {} elements)", p.ld_x);
+  p.x = xs;
+  p.xfmt = ActFmt::F32Split;
+  return true;
+}
+
 void launch(const kernels::MmaLinearParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  using kernels::MmaDecodeOp;
+  if (p.xfmt == ActFmt::F32Split) {  // (use_split_activations: the FP8 decode tile only)
+    M3_CHECK(p.wfmt == WeightFmt::FP8 && !p.deep && !p.stream && p.rt == 1 && p.nt == 1,
+             "mma_linear: split activations feed the FP8 decode tile's register walk only ({} tiling {} x {}{})",
+             p.wfmt == WeightFmt::FP8 ? "FP8" : "not FP8", p.rt, p.nt, p.deep ? " deep" : p.stream ? " streamed" : "");
+    const kernels::WorkShape sh = kernels::mma_linear_shape(p);
+    switch (kernels::mma_norm_mode(p)) {
+      case kernels::kNormIn:
+        return launch_op<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kernels::kNormIn>>(p, sh, stream, "mma_linear", opt);
+      case kernels::kNormOut:
+        return launch_op<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kernels::kNormOut>>(p, sh, stream, "mma_linear", opt);
+      default:
+        return launch_op<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kernels::kNormNone>>(p, sh, stream, "mma_linear", opt);
+    }
+  }
   if (p.wfmt == WeightFmt::FP8) {
     if (p.xfmt == ActFmt::BF16) launch_mma<WeightFmt::FP8, ActFmt::BF16>(p, stream, opt);
     else launch_mma<WeightFmt::FP8, ActFmt::F32>(p, stream, opt);

@@ -81,6 +81,7 @@ struct MmaTiling {
 // Whether native's decode tiles stream by default: no, unless the environment sets M3_MMA_STREAM=1
 // (read once; for side-by-side measurements). The mono kernel chooses for itself (TablePlacement).
 bool mma_stream_default();
+constexpr int kMmaDecodeRows = 8;  // tokens up to which mma_tiling_for picks the decode tile
 MmaTiling mma_tiling_for(int N, int K, int M);
 int mma_chains(int N, int K);  // P on the current device (kernels/mma_linear.cuh)
 // The tensor-core kernel alone (FP8 with its row scales, or BF16 weights), optional SwiGLU
@@ -103,5 +104,17 @@ kernels::MmaLinearParams make_fp8_linear_params(const Fp8Weight& w, const ActIn&
                                                 MmaTiling tiling = {});
 void launch(const kernels::GemvParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 void launch(const kernels::MmaLinearParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+
+// The FP8 decode tile (1 x 1, the register walk, row-scaled FP8 weights, fp32 x) reading its
+// activations already split into bf16 hi / lo (ActFmt::F32Split, kernels/act_split.cuh) at xs
+// ([M][2 ld_x] bf16, 16-byte aligned), which x's producer writes: instead of every item splitting
+// every element it reads. True, and p switched to xs, where p is that tile and
+// split_activations_enabled(); false and p unchanged otherwise. The same bits either way.
+bool use_split_activations(kernels::MmaLinearParams& p, const void* xs);
+// On unless the environment sets M3_SPLIT_ACT=0 (read once; for side-by-side measurements);
+// set_split_activations overrides it for the plans built from then on (0 off, 1 on, -1 back to
+// the environment's).
+bool split_activations_enabled();
+void set_split_activations(int on);
 
 }  // namespace m3::native

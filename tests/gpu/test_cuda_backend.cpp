@@ -15,6 +15,7 @@
 
 #include "native/kv_cache.h"
 #include "native/layer_plan.h"
+#include "native/linear.h"
 #include "test_cuda_backend_util.h"
 
 using namespace m3;
@@ -291,7 +292,9 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
   auto eager = native::make_cuda_backend(m.pw, oe);
   auto shuf = native::make_cuda_backend(m.pw, o);
   // the norms' prep half as ops in every plan (M3_FUSED_NORMS=0), instead of fused into the O
-  // projection and the MoE combine in decode plans: the same bits (kernels/fused_norm_params.h)
+  // projection and the MoE combine in decode plans, and the projections splitting their fp32
+  // activations themselves (M3_SPLIT_ACT=0) instead of reading them split by their producers: the
+  // same bits (kernels/fused_norm_params.h, kernels/act_split.cuh)
   auto unfused = native::make_cuda_backend(m.pw, oe);
   for (auto* b : {graph.get(), eager.get(), shuf.get(), unfused.get()}) b->kv_cache().fill(0x7f, nullptr);
   M3_CUDA_CHECK(cudaDeviceSynchronize());
@@ -321,8 +324,10 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
     StepOutput g = graph->step(b1);
     StepOutput s = shuf->step(b2);
     native::set_fused_norms(0);
+    native::set_split_activations(0);
     StepOutput u = unfused->step(b1);
     native::set_fused_norms(-1);
+    native::set_split_activations(-1);
     EXPECT_EQ(e.logits.size(), g.logits.size());
     EXPECT_EQ(e.logits.size(), s.logits.size());
     EXPECT_EQ(e.logits.size(), u.logits.size());

@@ -6,6 +6,7 @@
 //    slice) and odd shapes (K not a multiple of 64, N not a multiple of 16, M = 1..9, 17, 33, 300),
 //    FP8 and BF16 weights, fp32 and bf16 activations; every element checked against its own bound,
 //    the worst printed;
+//  - activations split by their producer (ActFmt::F32Split) give the decode tile's fp32 bits;
 //  - batch invariance: every row of any subset / order / size of a 300-token batch, under every
 //    tiling, is bitwise the row of the full run (memcmp), FP8 and BF16, plain and SwiGLU; the same
 //    for the router's GEMV (F32 and BF16 router weights);
@@ -520,6 +521,118 @@ TEST(GpuMmaLinear, TiledLayoutGivesTheSameBits) {
                Error);
 }
 
+namespace {
+
+// The host's split of rows (kernels/act_split.cuh): hi = bf16_rn(x), lo = bf16_rn(x - hi), group q
+// of elements 4q .. 4q + 3 as {hi 4q .. hi 4q+3, lo 4q .. lo 4q+3}; [M][2 ld] bf16, bf16 NaNs at
+// and past K (the tile must not read them).
+std::vector<uint16_t> split_rows_host(const std::vector<float>& x, int M, int K, int64_t ld) {
+  std::vector<uint16_t> s(size_t(M) * size_t(2 * ld), uint16_t(0x7fc1));
+  for (int t = 0; t < M; ++t)
+    for (int k = 0; k < K; ++k) {
+      const float v = x[size_t(t) * ld + k];
+      const uint16_t h = f32_to_bf16(v);
+      uint16_t* q = &s[size_t(t) * 2 * ld + 8 * size_t(k / 4) + k % 4];
+      q[0] = h;
+      q[4] = f32_to_bf16(v - bf16_to_f32(h));
+    }
+  return s;
+}
+
+}  // namespace
+
+TEST(GpuMmaLinear, SplitActivationsGiveTheSameBits) {
+  // The FP8 decode tile over activations its producer split (ActFmt::F32Split through
+  // native::use_split_activations) gives bitwise what it gives over the fp32 rows: every M it
+  // serves (1 .. kMmaDecodeRows), whole items and partial ones (N not a multiple of 16, K not a
+  // multiple of 64 or of 4), each instantiation by norm mode (plain; the consumer half, nin.inv;
+  // the producer half, nout: residual, z and chunk sums compared). Outputs poisoned first.
+  const uint32_t seed = gpu_test_seed() + 43;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  struct S {
+    int N, K;
+  };
+  int compared = 0;
+  for (S s : {S{1, 17}, S{17, 65}, S{33, 2049}, S{257, 333}, S{130, 64}, S{2560, 6144}, S{6144, 2048}}) {
+    const DevWeight w = random_weight(rng, DType::F8_E4M3, s.N, s.K);
+    const int64_t ldx = act_ld(s.K);
+    const auto x = random_x(rng, native::kMmaDecodeRows, s.K, ldx);
+    const DevAct a = upload_act(x, ldx, DType::F32);
+    const auto xs_host = split_rows_host(x, native::kMmaDecodeRows, s.K, ldx);
+    DevBuf<uint16_t> xs(xs_host.size());
+    M3_CUDA_CHECK(cudaMemcpy(xs.p, xs_host.data(), xs_host.size() * 2, cudaMemcpyHostToDevice));
+    std::vector<uint16_t> nw(size_t(s.N));
+    for (auto& v : nw) v = f32_to_bf16(nd(rng) * 0.2f);
+    DevBuf<uint16_t> dnw(nw.size());
+    M3_CUDA_CHECK(cudaMemcpy(dnw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
+    for (int M = 1; M <= native::kMmaDecodeRows; ++M) {
+      std::vector<float> inv(static_cast<size_t>(M));
+      for (auto& v : inv) v = std::exp2(nd(rng));
+      DevBuf<float> dinv(inv.size());
+      dinv.upload(inv);
+      std::vector<float> res0(size_t(M) * s.N);
+      for (auto& v : res0) v = nd(rng) * 4.f;
+      for (int mode = 0; mode < 3; ++mode) {  // plain, consumer (nin), producer (nout)
+        if (mode == 2 && s.N % 16 != 0) continue;
+        // outputs of one run: y, or (producer) the residual, z and chunk sums
+        auto run = [&](bool split) {
+          DevBuf<float> y(size_t(M) * s.N), res(res0.size()), z(res0.size()), ss(size_t(M) * (s.N / 16 + 1));
+          y.poison();
+          z.poison();
+          ss.poison();
+          res.upload(res0);
+          kernels::MmaLinearParams p = native::make_fp8_linear_params(
+              native::Fp8Weight{w.data.p, w.scales.p, s.N, s.K, w.ld}, a.in, M, y.p, s.N, native::MmaTiling{1, 1, false, 0});
+          if (mode == 1) p.nin = kernels::NormIn{nullptr, dinv.p, s.K, M, 1e-6f};
+          if (mode == 2) p.nout = kernels::NormOut{res.p, dnw.p, z.p, ss.p, nullptr, s.N, s.N};
+          EXPECT_EQ(native::use_split_activations(p, split ? xs.p : nullptr), split);
+          native::launch(p, nullptr);
+          M3_CUDA_CHECK(cudaDeviceSynchronize());
+          std::vector<float> out = mode == 2 ? res.download() : y.download();
+          if (mode == 2) {
+            const auto zz = z.download(), sv = ss.download();
+            out.insert(out.end(), zz.begin(), zz.end());
+            out.insert(out.end(), sv.begin(), sv.begin() + size_t(M) * (s.N / 16));
+          }
+          return out;
+        };
+        const auto want = run(false), got = run(true);
+        ++compared;
+        size_t bad = 0, first = got.size();
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_TRUE(std::isfinite(want[i])) << "element " << i;
+          if (std::memcmp(&got[i], &want[i], 4) != 0 && bad++ == 0) first = i;
+        }
+        EXPECT_EQ(bad, 0u) << s.N << "x" << s.K << " M=" << M << " mode " << mode << ": " << bad
+                           << " values differ, the first at " << first << " (split "
+                           << (first < got.size() ? got[first] : 0.f) << ", fp32 "
+                           << (first < got.size() ? want[first] : 0.f) << ")";
+      }
+    }
+  }
+  std::printf("  %d (shape, M, norm mode) runs: split activations == fp32 bitwise\n", compared);
+  // which tiles take split activations: the decode tile's register walk only; none when switched off
+  const DevWeight w = random_weight(rng, DType::F8_E4M3, 64, 128);
+  const DevAct a = upload_act(random_x(rng, 16, 128, act_ld(128)), act_ld(128), DType::F32);
+  DevBuf<uint16_t> xs(size_t(16) * 2 * act_ld(128));
+  DevBuf<float> y(16 * 64);
+  const native::Fp8Weight fw{w.data.p, w.scales.p, 64, 128, w.ld};
+  auto takes = [&](int M, native::MmaTiling t) {
+    kernels::MmaLinearParams p = native::make_fp8_linear_params(fw, a.in, M, y.p, 64, t);
+    return native::use_split_activations(p, xs.p);
+  };
+  EXPECT_TRUE(takes(1, {}));
+  EXPECT_TRUE(takes(native::kMmaDecodeRows, {}));
+  EXPECT_FALSE(takes(native::kMmaDecodeRows + 1, {}));  // the 2 x 2 tile
+  EXPECT_FALSE(takes(4, native::MmaTiling{1, 1, false, 1}));  // streamed
+  EXPECT_FALSE(takes(4, native::MmaTiling{4, 4, true}));  // deep
+  native::set_split_activations(0);
+  EXPECT_FALSE(takes(1, {}));
+  native::set_split_activations(-1);
+}
+
 TEST(GpuMmaLinear, LinearEntryPointsAreBatchInvariant) {
   // linear_fp8 / linear_dense / dense_mlp as the backend calls them, and the router's GEMV
   // (F32 and BF16 router weights, LinearPath::Gemv as moe.cu calls it)
@@ -606,13 +719,15 @@ TEST(GpuMmaLinear, NormHalvesFusedIntoTheProjections) {
       std::vector<float> res0(size_t(M) * H);
       for (auto& v : res0) v = nd(rng) * 4.f;
       DevBuf<float> dres(res0.size()), dz(res0.size()), dss(size_t(M) * (H / 16)), unused(res0.size());
+      DevBuf<uint16_t> dzs(size_t(M) * 2 * H);  // z split (act_split.cuh) for the consumer's split run
       dres.upload(res0);
       unused.poison();
       dz.poison();
       dss.poison();
+      M3_CUDA_CHECK(cudaMemset(dzs.p, 0xff, dzs.n * 2));
       kernels::MmaLinearParams p = native::make_mma_linear_params(wo.data.p, wo.dt, wo.scale_ptr(), wo.ld, H, Ko, ao.in,
                                                                   M, unused.p, H, false, 1.702f, 7.f, tiling);
-      p.nout = kernels::NormOut{dres.p, dnw.p, dz.p, dss.p, H, H};
+      p.nout = kernels::NormOut{dres.p, dnw.p, dz.p, dss.p, dzs.p, H, H};
       native::launch(p, nullptr);
       M3_CUDA_CHECK(cudaDeviceSynchronize());
       const auto res = dres.download(), z = dz.download(), ss = dss.download(), y_left = unused.download();
@@ -626,6 +741,13 @@ TEST(GpuMmaLinear, NormHalvesFusedIntoTheProjections) {
       // the same fp32 operations on both sides: equal bits (atol 1e-30 only avoids 0/0)
       expect_close_rows(res, H, r, M, H, 1e-30, 0, what + " residual (exact)");
       expect_close_rows(z, H, zref, M, H, 1e-30, 0, what + " z (exact)");
+      std::vector<uint16_t> zs_got(dzs.n);
+      M3_CUDA_CHECK(cudaMemcpy(zs_got.data(), dzs.p, zs_got.size() * 2, cudaMemcpyDeviceToHost));
+      const auto zs_want = split_rows_host(z, M, H, H);
+      size_t zs_bad = 0;
+      for (size_t i = 0; i < zs_got.size(); ++i) zs_bad += zs_got[i] != zs_want[i];
+      EXPECT_EQ(zs_bad, 0u) << what << ": the producer's split of z differs from the host's in " << zs_bad << " of "
+                            << zs_got.size() << " halves";
       for (int t = 0; t < M; ++t) {
         const auto want = norm_chunk_sums(r.data() + size_t(t) * H, H);
         expect_close_rows(std::vector<float>(ss.begin() + size_t(t) * (H / 16), ss.begin() + size_t(t + 1) * (H / 16)),
@@ -637,13 +759,17 @@ TEST(GpuMmaLinear, NormHalvesFusedIntoTheProjections) {
       const std::vector<float> plain = run_mma(wq, zin, M, Nq, false, tiling);
       DevBuf<float> dinv(static_cast<size_t>(M));
       dinv.upload(inv);
-      std::vector<float> got[2];
-      for (int mode = 0; mode < 2; ++mode) {
+      std::vector<float> got[3];
+      for (int mode = 0; mode < 3; ++mode) {  // inv from the chunk sums, handed in; from the sums over z split
+        if (mode == 2 && stream) continue;  // (split activations: the register walk only)
         DevBuf<float> yq(size_t(M) * Nq);
         yq.poison();
         kernels::MmaLinearParams q = native::make_mma_linear_params(wq.data.p, wq.dt, wq.scale_ptr(), wq.ld, Nq, H, zin,
                                                                     M, yq.p, Nq, false, 1.702f, 7.f, tiling);
-        q.nin = mode == 0 ? kernels::NormIn{dss.p, nullptr, H, M, eps} : kernels::NormIn{nullptr, dinv.p, H, M, eps};
+        q.nin = mode == 1 ? kernels::NormIn{nullptr, dinv.p, H, M, eps} : kernels::NormIn{dss.p, nullptr, H, M, eps};
+        if (mode == 2) {
+          EXPECT_TRUE(native::use_split_activations(q, dzs.p));
+        }
         native::launch(q, nullptr);
         M3_CUDA_CHECK(cudaDeviceSynchronize());
         got[mode] = yq.download();
@@ -653,6 +779,7 @@ TEST(GpuMmaLinear, NormHalvesFusedIntoTheProjections) {
         for (int n = 0; n < Nq; ++n) want[size_t(t) * Nq + n] = plain[size_t(t) * Nq + n] * inv[size_t(t)];
       expect_close_rows(got[0], Nq, want, M, Nq, 1e-30, 0, what + " consumer, inv from the chunk sums (exact)");
       expect_close_rows(got[1], Nq, want, M, Nq, 1e-30, 0, what + " consumer, inv handed in (exact)");
+      if (!stream) expect_close_rows(got[2], Nq, want, M, Nq, 1e-30, 0, what + " consumer over z split (exact)");
     }
 }
 

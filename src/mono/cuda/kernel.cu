@@ -75,6 +75,8 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
     // one body for the tile's every norm mode (kernels/mma_linear.cuh, MmaDecodeOp)
     case OpCode::MmaDecodeFp8F32: return run_body<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32, kNormAny>, kVerify>(item, g, smem);
     case OpCode::MmaStreamFp8F32: return run_body<MmaStreamOp<ActFmt::F32>, kVerify>(item, g, smem);
+    case OpCode::MmaDecodeFp8Split:
+      return run_body<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kNormAny>, kVerify>(item, g, smem);
     case OpCode::RopeFp8Fp8: return run_body<QkNormRopeCacheOp<CacheFp8, CacheFp8>, kVerify>(item, g, smem);
     case OpCode::RopeFp8Bf16: return run_body<QkNormRopeCacheOp<CacheFp8, CacheBf16>, kVerify>(item, g, smem);
     case OpCode::RopeBf16Fp8: return run_body<QkNormRopeCacheOp<CacheBf16, CacheFp8>, kVerify>(item, g, smem);
