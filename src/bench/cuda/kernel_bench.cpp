@@ -94,6 +94,10 @@ std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream
       const int maxM = *std::max_element(o.Ms.begin(), o.Ms.end());
       DevMem x(size_t(maxM) * size_t(ld) * 4), y(size_t(maxM) * size_t(N) * 4);
       fill_random(x.p, 1, int64_t(maxM) * ld * 4, int64_t(maxM) * ld * 4, FillFormat::F32, -2, 2, o.seed + 5, s);
+      // x as its producer would hand it over split into bf16 hi / lo (kernels/act_split.cuh; random
+      // halves: the time does not depend on the values)
+      DevMem xsplit(size_t(maxM) * size_t(ld) * 4);
+      fill_random(xsplit.p, 1, int64_t(maxM) * ld * 4, int64_t(maxM) * ld * 4, FillFormat::Bf16, -2, 2, o.seed + 8, s);
       DevMem x8(size_t(maxM) * size_t(ld)), xs(size_t(maxM) * 4);
       fill_random(x8.p, 1, int64_t(maxM) * ld, int64_t(maxM) * ld, FillFormat::Fp8, 0, 0, o.seed + 6, s);
       fill_random(xs.p, 1, int64_t(maxM) * 4, int64_t(maxM) * 4, FillFormat::F32, 0.5f, 1.5f, o.seed + 7, s);
@@ -129,17 +133,30 @@ std::vector<KernelResult> bench_fp8_gemv(const KernelBenchOptions& o, cudaStream
             cudaGetLastError();
           }
         }
-        // fp8_mma: the tiled arena layout; fp8_mma_rows: the same codes row-major; fp8_gemv: row-major
-        for (int variant = 0; variant < 3; ++variant) {
+        // fp8_mma: the tiled arena layout; fp8_mma_rows: the same codes row-major; fp8_gemv: row-major;
+        // fp8_mma_split: the tiled layout over x split by its producer (the plans' qkv and O decode
+        // tiles, native::use_split_activations; M <= 8 and M3_SPLIT_ACT not 0)
+        for (int variant = 0; variant < 4; ++variant) {
           const native::LinearPath path = variant == 2 ? native::LinearPath::Gemv : native::LinearPath::Auto;
-          const bool tiled = variant == 0;
+          const bool tiled = variant == 0 || variant == 3;
           if (path == native::LinearPath::Gemv && M > native::kGemvMaxM) continue;
+          const native::ActIn xin{x.p, DType::F32, ld};
+          if (variant == 3) {
+            kernels::MmaLinearParams p = native::make_fp8_linear_params(view(0, true), xin, M, y.as<float>(), N);
+            if (!native::use_split_activations(p, xsplit.p)) continue;
+          }
           auto run = [&](int i, cudaStream_t st) {
-            native::linear_fp8(view(i, tiled), native::ActIn{x.p, DType::F32, ld}, M, y.as<float>(), N, st, path);
+            if (variant == 3) {
+              kernels::MmaLinearParams p = native::make_fp8_linear_params(view(i, true), xin, M, y.as<float>(), N);
+              native::use_split_activations(p, xsplit.p);
+              native::launch(p, st);
+            } else {
+              native::linear_fp8(view(i, tiled), xin, M, y.as<float>(), N, st, path);
+            }
           };
           run(0, s);  // eager first (module load, checks)
           M3_CUDA_CHECK(cudaStreamSynchronize(s));
-          k.kernel = variant == 0 ? "fp8_mma" : variant == 1 ? "fp8_mma_rows" : "fp8_gemv";
+          k.kernel = variant == 0 ? "fp8_mma" : variant == 1 ? "fp8_mma_rows" : variant == 2 ? "fp8_gemv" : "fp8_mma_split";
           k.us = rotation_us(nb, run, o.warmup, o.reps, s);
           out.push_back(k);
         }

@@ -3,6 +3,8 @@
 //   fp8_mma  : native::linear_fp8 (the tensor-core kernel, any M) on the fused q|k|v|iq|ik and O
 //              shapes of tp 1 and tp 4 in the arena's tiled layout, and cuBLASLt FP8 on the same
 //              shapes (lt_matmul.h); fp8_mma_rows: the same codes row-major (same bits);
+//              fp8_mma_split: the tiled layout over x split into bf16 hi / lo by its producer
+//              (native::use_split_activations: the plans' qkv and O at M <= 8);
 //   fp8_gemv : the same through the CUDA-core GEMV (LinearPath::Gemv, M <= 16);
 //   moe_mxfp4: native::moe_forward on a real MoE layer (tp 1 and tp 4), bytes = router + the
 //              experts its routing actually hit (read back) + the shared expert; then the same
