@@ -371,7 +371,7 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
     }
   }
   std::printf("  %lld logits compared: graph vs eager %lld differ, shuffled tables vs eager %lld differ, "
-              "unfused norms vs eager %lld differ; graph backend: %lld captures, %lld replays\n",
+              "unfused norms, unsplit activations vs eager %lld differ; graph backend: %lld captures, %lld replays\n",
               (long long)compared, (long long)differ_graph, (long long)differ_shuf, (long long)differ_unfused,
               (long long)graph->stats().graph_captures, (long long)graph->stats().graph_replays);
   EXPECT_EQ(nonfinite, 0) << "non-finite logits (a read of a poisoned, unwritten cache slot?)";

@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -19,6 +20,7 @@
 #include "mono/mono.h"
 #include "mono/options.h"
 #include "native/forward_model.h"
+#include "native/linear.h"
 #include "runtime/generate.h"
 #include "test_cuda_backend_util.h"
 
@@ -104,6 +106,15 @@ size_t compare(const PreparedModel& m, native::CudaBackend& nat, native::CudaBac
   return rows;
 }
 
+// While it lives, the plans built read fp32 activations (native::set_split_activations(0), as
+// M3_SPLIT_ACT=0): mono stages (option stage) only the fp32 decode tile's weights.
+struct SplitActivationsOff {
+  SplitActivationsOff() { native::set_split_activations(0); }
+  ~SplitActivationsOff() { native::set_split_activations(-1); }
+  SplitActivationsOff(const SplitActivationsOff&) = delete;
+  SplitActivationsOff& operator=(const SplitActivationsOff&) = delete;
+};
+
 void run_model(const char* name, const PreparedModel& m, const std::vector<int>& prompts, int steps, uint64_t seed) {
   const int bs = m.spec.index_block, V = m.spec.vocab_size;
   int longest = 0;
@@ -114,6 +125,8 @@ void run_model(const char* name, const PreparedModel& m, const std::vector<int>&
       for (int mode : {0, 1, 2}) {  // 0 the default options, 1 serialized, 2 every weight tile staged (stage=3)
         const bool serialized = mode == 1;
         if (mode > 0 && (graphs || cache == DType::BF16)) continue;  // the other modes once per model
+        std::optional<SplitActivationsOff> fp32_x;  // (stage=3: both paths on fp32 activations)
+        if (mode == 2) fp32_x.emplace();
         std::mt19937_64 rng(seed);
         std::vector<Seq> seqs(prompts.size());
         for (size_t i = 0; i < seqs.size(); ++i) {
@@ -357,6 +370,7 @@ TEST(GpuMono, CreationAllocatesOnlyItsTables) {
   const PreparedModel m = synthetic_model("real-heads", seed);
   native::CudaBackendOptions o;
   o.num_cache_blocks = 40;
+  const SplitActivationsOff fp32_x;  // (the projections mono stages)
   auto be = native::make_cuda_backend(m.pw, o);
   std::vector<int32_t> table(20);
   std::iota(table.begin(), table.end(), 0);
