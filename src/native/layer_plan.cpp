@@ -2,13 +2,11 @@
 #include "native/layer_plan.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "native/attention.h"
 #include "native/collective.h"
 #include "native/embed.h"
+#include "native/env_switch.h"
 #include "native/indexer.h"
 #include "native/linear.h"
 #include "native/moe.h"
@@ -72,20 +70,13 @@ bool set_norm_in(std::vector<OpCall>& ops, const float* a, const kernels::NormIn
   return true;
 }
 
-std::atomic<int> g_fused_norms{-1};  // set_fused_norms' override (-1: the environment's)
+EnvSwitch g_fused_norms("M3_FUSED_NORMS");
 
 }  // namespace
 
-bool fused_norms_enabled() {
-  static const bool env = [] {
-    const char* e = std::getenv("M3_FUSED_NORMS");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  const int o = g_fused_norms.load();
-  return o < 0 ? env : o != 0;
-}
+bool fused_norms_enabled() { return g_fused_norms.on(); }
 
-void set_fused_norms(int on) { g_fused_norms.store(on < 0 ? -1 : on != 0 ? 1 : 0); }
+void set_fused_norms(int on) { g_fused_norms.set(on); }
 
 kernels::RmsNormParams residual_norm_params(const ForwardModel& m, Activations& act, const uint16_t* w, int rows,
                                             bool add_f, bool prep) {

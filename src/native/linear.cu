@@ -2,7 +2,6 @@
 // in its wide (decode: one item of P warps per tile) and deep (prefill: one warp per tile) modes,
 // and the CUDA-core GEMV (kernels/gemv.cuh), one item per (rows, token group).
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +10,7 @@
 #include "kernels/mma_linear.cuh"
 #include "kernels/mma_stream.cuh"
 #include "native/cuda_check.h"
+#include "native/env_switch.h"
 #include "native/launch.cuh"
 #include "native/linear.h"
 
@@ -230,19 +230,12 @@ kernels::MmaLinearParams make_mma_linear_params(const void* w, DType wdtype, con
 }
 
 namespace {
-std::atomic<int> g_split_act{-1};  // set_split_activations' override (-1: the environment's)
+EnvSwitch g_split_act("M3_SPLIT_ACT");
 }  // namespace
 
-bool split_activations_enabled() {
-  static const bool env = [] {
-    const char* e = std::getenv("M3_SPLIT_ACT");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  const int o = g_split_act.load();
-  return o < 0 ? env : o != 0;
-}
+bool split_activations_enabled() { return g_split_act.on(); }
 
-void set_split_activations(int on) { g_split_act.store(on < 0 ? -1 : on != 0 ? 1 : 0); }
+void set_split_activations(int on) { g_split_act.set(on); }
 
 bool use_split_activations(kernels::MmaLinearParams& p, const void* xs) {
   if (!xs || !split_activations_enabled() || p.wfmt != WeightFmt::FP8 || p.xfmt != ActFmt::F32 || p.deep ||
