@@ -100,6 +100,11 @@ __device__ __forceinline__ uint32_t scale_mult(uint32_t s) {
   return e | (e << 16);
 }
 
+// scale_mult in one integer multiply-add, (S + 126) (2^7 + 2^23): the same word for S <= 129 (S = 129
+// gives +inf as well), a wrong one above. For scales read from an arena only: filling it refuses
+// scales above model/prepare.h's kMxfp4ArenaMaxScale (128).
+__device__ __forceinline__ uint32_t scale_mult_arena(uint32_t s) { return s * 0x00800080u + 0x3f003f00u; }
+
 // Nibbles q' and q' + 4 (q' = 0 or 1) of w -> bf16x2 {value(q'), value(q' + 4)} times 2^(S-127)
 // (m from scale_mult): mask the two codes in place, one integer multiply by 2^(6-4q') + 2^(12-4q')
 // puts e1 e0 m at bits 8..6 and the sign at bit 15 of each half (no carry across halves: the low
@@ -234,26 +239,31 @@ __device__ __forceinline__ void store_split(uint16_t* row, int j, float v) {
 
 // One block's 8 steps (hi MMA then lo MMA) from +0 into blk, added to chain. act(nt, j, hi, lo):
 // token tile nt's split group j of the lane's run (element k = kc + 8j, kc = 128b + 32t) as
-// act_group<FULL> gives it (zero for padding tokens and, FULL false, past K).
-template <int RT, int NT, class Act, class B = WBlk>
+// act_group<FULL> gives it (zero for padding tokens and, FULL false, past K). AG (one token tile):
+// the token's groups loaded AG at a time before their steps (4: the whole run, 8 loads in flight).
+template <int RT, int NT, class Act, class B = WBlk, int AG = 4>
 __device__ __forceinline__ void block_mma_with(const B (&wr)[RT], Act act, float (&chain)[RT][NT][4]) {
+  static_assert(AG == 1 || AG == 2 || AG == 4, "the run's 4 groups AG at a time");
   float blk[RT][NT][4];
   mma::zero<RT, NT>(blk);
   // (MXFP8 runs hold twice the weight registers: their activations go group by group, below)
-  if constexpr (NT == 1 && !std::is_same_v<B, WBlk8>) {  // decode: the token's whole run first (8 loads in flight), then the steps
-    uint4 v0[4], v1[4];
+  if constexpr (NT == 1 && !std::is_same_v<B, WBlk8>) {  // decode: AG groups of the token's run, then their steps
 #pragma unroll
-    for (int j = 0; j < 4; ++j) act(0, j, v0[j], v1[j]);
+    for (int j0 = 0; j0 < 4; j0 += AG) {
+      uint4 v0[AG], v1[AG];
 #pragma unroll
-    for (int s = 0; s < 8; ++s) {
-      uint32_t bh[2], bl[2];
-      act_frag(v0[s >> 1], v1[s >> 1], s & 1, bh, bl);
+      for (int j = 0; j < AG; ++j) act(0, j0 + j, v0[j], v1[j]);
 #pragma unroll
-      for (int rt = 0; rt < RT; ++rt) {
-        uint32_t a[4];
-        frag(wr[rt], s, a);
-        mma::mma_bf16(blk[rt][0], a, bh[0], bh[1]);
-        mma::mma_bf16(blk[rt][0], a, bl[0], bl[1]);
+      for (int s = 2 * j0; s < 2 * (j0 + AG); ++s) {
+        uint32_t bh[2], bl[2];
+        act_frag(v0[(s >> 1) - j0], v1[(s >> 1) - j0], s & 1, bh, bl);
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          uint32_t a[4];
+          frag(wr[rt], s, a);
+          mma::mma_bf16(blk[rt][0], a, bh[0], bh[1]);
+          mma::mma_bf16(blk[rt][0], a, bl[0], bl[1]);
+        }
       }
     }
   } else {  // several token tiles (or an MXFP8 run): each step's weight fragments decoded once, used by every tile
@@ -360,6 +370,110 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
     if (b + U >= bhi) break;
     if (b + 2 * U < bhi) load_group(wa, b + 2 * U);
     mma_group(wb, b + U);
+  }
+}
+
+// chain_sum for a whole item of MXFP4 runs (every row of the tile < N, K % kMoeKBlock == 0) and one
+// token tile: the same blocks, block sums and chain sum (the same bits), with fewer instructions a
+// block and more bytes in flight. NG load groups of U blocks in registers, NG - 1 of them in flight
+// while one is multiplied. No bounds or zero fills on the loads; the padding tokens' columns read
+// a real row (xr is always a readable row) instead of zeros: an MMA output column depends only on
+// its own activation column, and the epilogue stores real pairs only. Each row's code and scale
+// pointers and the token's activation pointer advance once a load group, every load of the group
+// at an immediate offset from them; the scales become multipliers in one multiply-add
+// (scale_mult_arena: the arena's scales are at most 128).
+template <int RT, int NG, int U, int AG = 4, int PD = 0>
+__device__ __forceinline__ void chain_sum_whole(const MoeMmaParams& p, const uint8_t* codes, const uint8_t* scales,
+                                                int n0, const uint16_t* xr, int blo, int bhi, int lane,
+                                                float (&chain)[RT][1][4]) {
+  static_assert(NG >= 2, "at least one group in flight while one is multiplied");
+  const int g = lane >> 2, t = lane & 3;
+  // block b of row n: codes at n ld + 64 b + 16 t, its scale byte at n sld + 4 b + t; the token's
+  // split groups j = 0..3 of the block at uint4 32 b + 8 t + 2 j (hi) and + 1 (lo)
+  const uint8_t* cp[RT][2];
+  const uint8_t* sp[RT][2];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t n = n0 + rt * 16 + g + 8 * h;
+      cp[rt][h] = codes + n * p.ld + 64 * blo + 16 * t;
+      sp[rt][h] = scales + n * p.sld + 4 * blo + t;
+    }
+  const uint4* xp = reinterpret_cast<const uint4*>(xr) + 32 * blo + 8 * t;
+  mma::zero<RT, 1>(chain);
+  if (blo >= bhi) return;
+  // blocks b .. b + U - 1 (those before bhi) at the pointers, which then pass them
+  auto load_group = [&](WBlk(&wr)[U][RT], int b) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u > 0 && b + u >= bhi) break;  // warp-uniform
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wr[u][rt].v[h] = wstream::ld_stream(cp[rt][h] + 64 * u);
+          wr[u][rt].m[h] = scale_mult_arena(__ldg(sp[rt][h] + 4 * u));
+        }
+      // PD > 0: the codes PD blocks ahead into the L2 (the loads that reach them find them there)
+      if constexpr (PD > 0)
+        if (b + u + PD < bhi)  // warp-uniform
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) asm volatile("prefetch.global.L2 [%0];" ::"l"(cp[rt][h] + 64 * (u + PD)));
+    }
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        cp[rt][h] += 64 * U;
+        sp[rt][h] += 4 * U;
+      }
+  };
+  // block u of the group's activation groups j (hi, lo)
+  auto act_at = [&](int u) {
+    return [&xp, u](int, int j, uint4& hi, uint4& lo) {
+      hi = __ldg(xp + 32 * u + 2 * j);
+      lo = __ldg(xp + 32 * u + 2 * j + 1);
+    };
+  };
+  // the group's MMAs (blocks b .. b + U - 1 before bhi), then xp past them
+  auto mma_group = [&](const WBlk(&wr)[U][RT], int b) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (b + u >= bhi) break;  // warp-uniform
+      block_mma_with<RT, 1, decltype(act_at(0)), WBlk, AG>(wr[u], act_at(u), chain);
+    }
+    xp += 32 * U;
+  };
+  // groups 0 .. NG - 2 issued; then group k + NG - 1 is issued before group k is multiplied (the
+  // loops written out: a generic ring of NG groups spilled at NG = 2 where this one does not,
+  // ptxas 2026-12-07)
+  static_assert(NG == 2 || NG == 3, "two or three groups");
+  WBlk wa[U][RT], wb[U][RT];
+  load_group(wa, blo);
+  if constexpr (NG == 2) {
+    for (int b = blo; b < bhi; b += 2 * U) {
+      if (b + U < bhi) load_group(wb, b + U);
+      mma_group(wa, b);
+      if (b + U >= bhi) break;
+      if (b + 2 * U < bhi) load_group(wa, b + 2 * U);
+      mma_group(wb, b + U);
+    }
+  } else {
+    WBlk wc[U][RT];
+    if (blo + U < bhi) load_group(wb, blo + U);
+    for (int b = blo; b < bhi; b += 3 * U) {
+      if (b + 2 * U < bhi) load_group(wc, b + 2 * U);
+      mma_group(wa, b);
+      if (b + U >= bhi) break;
+      if (b + 3 * U < bhi) load_group(wa, b + 3 * U);
+      mma_group(wb, b + U);
+      if (b + 2 * U >= bhi) break;
+      if (b + 4 * U < bhi) load_group(wb, b + 4 * U);
+      mma_group(wc, b + 2 * U);
+    }
   }
 }
 
@@ -491,7 +605,10 @@ __device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int e
 // must call it with the same tile_n and entry).
 // S > 0 (NT == 1 only): the staged chain with S stages per warp; `ring` then holds
 // P * moe_wide_ring_bytes(RT, S) bytes (16-byte aligned), warp w's ring at w * that.
-template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>(), int S = 0, class B = moe_mma::WBlk>
+// NG > 0 (S == 0, NT == 1, MXFP4): whole items on chain_sum_whole with NG groups of UW blocks, the
+// activations AG groups at a time, the codes PD blocks ahead prefetched into the L2.
+template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>(), int S = 0, class B = moe_mma::WBlk, int NG = 0,
+          int UW = 1, int AG = 4, int PD = 0>
 __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, Group g, float* smem,
                                                   uint8_t* ring = nullptr) {
   static_assert(S == 0 || NT == 1, "the staged chain is for one token tile");
@@ -511,13 +628,22 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
       bool tok[NT];
       moe_mma::tile_tokens<NT>(p, t0, end, gl, xr, tok);
       float chain[RT][NT][4];
-      if constexpr (S > 0)
+      if constexpr (S > 0) {
         moe_mma::chain_sum_staged<RT, S>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
                                          mma::chain_begin(warp + 1, blocks, P), lane,
                                          ring + warp * moe_wide_ring_bytes(RT, S), chain);
-      else
+      } else if constexpr (NG > 0) {
+        static_assert(NT == 1 && std::is_same_v<B, moe_mma::WBlk>, "whole items: one token tile of MXFP4 runs");
+        if (p.K % kMoeKBlock == 0 && n0 + 16 * RT <= p.N)  // a whole item (uniform over the group)
+          moe_mma::chain_sum_whole<RT, NG, UW, AG, PD>(p, codes, scales, n0, xr[0], mma::chain_begin(warp, blocks, P),
+                                               mma::chain_begin(warp + 1, blocks, P), lane, chain);
+        else
+          moe_mma::chain_sum<RT, NT, U, B>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
+                                           mma::chain_begin(warp + 1, blocks, P), lane, chain);
+      } else {
         moe_mma::chain_sum<RT, NT, U, B>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
                                          mma::chain_begin(warp + 1, blocks, P), lane, chain);
+      }
       mma::store_partials<RT, NT>(chain, warp, lane, smem);
     }
     g.sync();
@@ -866,17 +992,21 @@ struct MoeSplitOp : OpBounds<kMoeSplitThreads> {
   }
 };
 
-// Wide: S > 0 the staged ring (p.stages == S), else the register pipeline of U blocks per group.
-template <int S>
+// Wide: S > 0 the staged ring (p.stages == S), else the register pipeline of U blocks per group;
+// NG > 0 (S == 0): whole items on chain_sum_whole, NG register groups of UW blocks, the
+// activations AG groups at a time, the codes PD blocks ahead prefetched into the L2 (native's
+// M3_MOE_WALK, an experiment; the mono kernel runs NG = 0).
+template <int S, int NG = 0, int UW = 1, int AG = 4, int PD = 0>
 struct MoeWideOp : OpBounds<32 * kMoeMaxChains> {
+  static_assert(S == 0 || NG == 0, "the staged ring or the whole walk");
   using Params = MoeMmaParams;
   static constexpr int kU = S > 0 ? 1 : moe_mma::blocks_in_flight<kMoeWideRT, kMoeWideNT>();
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
     const int tiles = moe_row_tiles(p);
     const int entry = p.max_entries - 1 - int(w / tiles);
     uint8_t* ring = S > 0 ? smem + moe_wide_partials_bytes(p.chains) : nullptr;
-    moe_mma_wide_work<kMoeWideRT, kMoeWideNT, kU, S>(p, int(w % tiles), entry, g, reinterpret_cast<float*>(smem),
-                                                      ring);
+    moe_mma_wide_work<kMoeWideRT, kMoeWideNT, kU, S, moe_mma::WBlk, NG, UW, AG, PD>(p, int(w % tiles), entry, g,
+                                                                                     reinterpret_cast<float*>(smem), ring);
   }
   // The same item from its staged tile (moe_stage_tile); the same bits.
   __device__ static void run_staged(const Params& p, int64_t w, Group g, uint8_t* smem, const uint8_t* tile) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/moe_mma.cuh"
 #include "kernels/moe_mxfp4.cuh"
@@ -288,6 +289,24 @@ void launch(const kernels::MoeSplitParams& p, cudaStream_t stream, const LaunchO
   launch_op<kernels::MoeSplitOp>(p, kernels::moe_split_shape(p), stream, "moe_split", opt);
 }
 
+namespace {
+// The register walk over whole items as an experiment (M3_MOE_WALK=NGxU[aAG][pPD]: NG register
+// groups of U blocks of kMoeWideRT row tiles, the activations AG groups at a time, the codes PD
+// blocks ahead prefetched into the L2, kernels/moe_mma.cuh chain_sum_whole; unset or 0: chain_sum for every item, as the mono
+// kernel). The same bits either way. Read once.
+int moe_walk() {
+  static const int w = [] {
+    const char* e = std::getenv("M3_MOE_WALK");
+    const std::string v = e ? e : "0";
+    const char* names[] = {"0", "2x1", "3x1", "2x1p2", "3x1a2", "3x1a2p3"};
+    for (int i = 0; i < int(sizeof(names) / sizeof(names[0])); ++i)
+      if (v == names[i]) return i;
+    M3_FAIL("M3_MOE_WALK={}: 0, 2x1, 3x1, 2x1p2, 3x1a2 or 3x1a2p3 (NG x U, aAG, pPD)", v);
+  }();
+  return w;
+}
+}  // namespace
+
 void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOptions& opt) {
   const kernels::WorkShape sh = kernels::moe_mma_shape(p);
   if (p.fp8 && !p.deep) {
@@ -304,8 +323,16 @@ void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOpt
     else launch_op<kernels::MoeDeepOp>(p, sh, stream, "moe_mma", opt);
   }
   else if (p.stages == kWideStages) launch_op<kernels::MoeWideOp<kWideStages>>(p, sh, stream, "moe_mma", opt);
-  else if (p.stages == 0) launch_op<kernels::MoeWideOp<0>>(p, sh, stream, "moe_mma", opt);
-  else M3_FAIL("moe_mma: {} stages (0 or {})", p.stages, kWideStages);
+  else if (p.stages == 0) {
+    switch (moe_walk()) {
+      case 1: return launch_op<kernels::MoeWideOp<0, 2, 1>>(p, sh, stream, "moe_mma", opt);
+      case 2: return launch_op<kernels::MoeWideOp<0, 3, 1>>(p, sh, stream, "moe_mma", opt);
+      case 3: return launch_op<kernels::MoeWideOp<0, 2, 1, 4, 2>>(p, sh, stream, "moe_mma", opt);
+      case 4: return launch_op<kernels::MoeWideOp<0, 3, 1, 2>>(p, sh, stream, "moe_mma", opt);
+      case 5: return launch_op<kernels::MoeWideOp<0, 3, 1, 2, 3>>(p, sh, stream, "moe_mma", opt);
+      default: return launch_op<kernels::MoeWideOp<0>>(p, sh, stream, "moe_mma", opt);
+    }
+  } else M3_FAIL("moe_mma: {} stages (0 or {})", p.stages, kWideStages);
 }
 
 void launch(const kernels::MoeGemvParams& p, cudaStream_t stream, const LaunchOptions& opt) {
