@@ -87,6 +87,34 @@ __device__ __forceinline__ void walk_two_groups(int blo, int bhi, G& wa, G& wb, 
   }
 }
 
+// The same walk with NG = 3 or 4 groups in registers (w[0 .. NG - 1]), NG - 1 of them in flight
+// while one is multiplied: more bytes in flight for the same registers when U is smaller. Written
+// out per NG (a generic ring of groups spilled where the written-out loop does not, ptxas
+// 2026-12-07).
+template <int NG, int U, class G, class Load, class Mul>
+__device__ __forceinline__ void walk_groups(int blo, int bhi, G (&w)[NG], Load load, Mul mul) {
+  static_assert(NG == 3 || NG == 4, "walk_two_groups for two");
+  load(w[0], blo);
+  if (blo + U < bhi) load(w[1], blo + U);
+  if constexpr (NG == 4)
+    if (blo + 2 * U < bhi) load(w[2], blo + 2 * U);
+  for (int b = blo; b < bhi; b += NG * U) {
+    if (b + (NG - 1) * U < bhi) load(w[NG - 1], b + (NG - 1) * U);
+    mul(w[0], b);
+    if (b + U >= bhi) break;
+    if (b + NG * U < bhi) load(w[0], b + NG * U);
+    mul(w[1], b + U);
+    if (b + 2 * U >= bhi) break;
+    if (b + (NG + 1) * U < bhi) load(w[1], b + (NG + 1) * U);
+    mul(w[2], b + 2 * U);
+    if constexpr (NG == 4) {
+      if (b + 3 * U >= bhi) break;
+      if (b + 6 * U < bhi) load(w[2], b + 6 * U);
+      mul(w[3], b + 3 * U);
+    }
+  }
+}
+
 // ---- wide mode (shared memory: mma_wide_smem_floats(RT, NT, P) floats) ----
 
 // Warp `warp`'s chain sums into part[warp] (the block must synchronize before ordered_total).

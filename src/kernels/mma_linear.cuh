@@ -486,7 +486,7 @@ __device__ __forceinline__ void chain_sum(const MmaLinearParams& p, int n0, int 
 // the token's pointer advance once a group, every load at an immediate offset from them; no bounds
 // or zero fills, and the padding tokens' columns read a real row (xrow: token t0 + g's row, or
 // row 0 for a padding token; the epilogue stores real tokens only).
-template <WeightFmt W, ActFmt X, int RT, int U>
+template <WeightFmt W, ActFmt X, int RT, int U, int NG = 2>
 __device__ __forceinline__ void chain_sum_whole(const MmaLinearParams& p, int n0, int blo, int bhi, int lane,
                                                 const uint8_t* xrow, float (&chain)[RT][1][4]) {
   static_assert(W == WeightFmt::FP8 || W == WeightFmt::BF16, "whole items: global FP8 / BF16 weights");
@@ -535,8 +535,13 @@ __device__ __forceinline__ void chain_sum_whole(const MmaLinearParams& p, int n0
     }
     xp += U * kMmaKBlock * xb;
   };
-  WRun<W> wa[U][RT], wb[U][RT];
-  walk_two_groups<U>(blo, bhi, wa, wb, load_group, mma_group);
+  if constexpr (NG == 2) {
+    WRun<W> wa[U][RT], wb[U][RT];
+    walk_two_groups<U>(blo, bhi, wa, wb, load_group, mma_group);
+  } else {  // (an experiment: native's M3_MMA_WALK)
+    WRun<W> w[NG][U][RT];
+    walk_groups<NG, U>(blo, bhi, w, load_group, mma_group);
+  }
 }
 
 
@@ -609,7 +614,8 @@ __device__ __forceinline__ void linear_epilogue(const MmaLinearParams& p, const 
 // tile_n: row tile index (rows 16*RT*tile_n ..), tile_t: token tile (tokens 8*NT*tile_t ..).
 // smem: mma_wide_smem_floats(RT, NT, p.chains) floats. The group has at least p.chains warps;
 // warps past the chains only help with the epilogue. Synchronizes the group.
-template <WeightFmt W, ActFmt X, int RT, int NT, int NORM = kNormAny>
+// NG, UW: the whole walk's groups in registers and blocks a group (chain_sum_whole).
+template <WeightFmt W, ActFmt X, int RT, int NT, int NORM = kNormAny, int NG = 2, int UW = mma::kWholeU>
 __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, int tile_n, int tile_t, Group g,
                                                      float* smem) {
   const int lane = g.lane(), warp = g.warp(), P = p.chains;
@@ -627,8 +633,8 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
         const int tk = t0 + (lane >> 2);
         const uint8_t* xrow =
             static_cast<const uint8_t*>(p.x) + int64_t(tk < p.M ? tk : 0) * p.ld_x * act_bytes(X);
-        mma::chain_sum_whole<W, X, RT, mma::kWholeU>(p, n0, mma::chain_begin(warp, blocks, P),
-                                                     mma::chain_begin(warp + 1, blocks, P), lane, xrow, chain);
+        mma::chain_sum_whole<W, X, RT, UW, NG>(p, n0, mma::chain_begin(warp, blocks, P),
+                                               mma::chain_begin(warp + 1, blocks, P), lane, xrow, chain);
       }
     } else {
       mma::chain_sum<W, X, RT, NT>(p, n0, t0, mma::chain_begin(warp, blocks, P),
@@ -852,10 +858,11 @@ __device__ __forceinline__ void mma_linear_deep_work(const MmaLinearParams& p, i
 
 // ---- the ops (mma_linear_shape) ----
 // Wide, any tiling: item = (row tile, token tile), row tile fastest.
-template <WeightFmt W, ActFmt X, int RT, int NT, int NORM = kNormAny>
+template <WeightFmt W, ActFmt X, int RT, int NT, int NORM = kNormAny, int NG = 2, int UW = mma::kWholeU>
 __device__ __forceinline__ void mma_linear_wide_item(const MmaLinearParams& p, int64_t w, Group g, uint8_t* smem) {
   const int tiles_n = mma_row_tiles(p);
-  mma_linear_wide_work<W, X, RT, NT, NORM>(p, int(w % tiles_n), int(w / tiles_n), g, reinterpret_cast<float*>(smem));
+  mma_linear_wide_work<W, X, RT, NT, NORM, NG, UW>(p, int(w % tiles_n), int(w / tiles_n), g,
+                                                   reinterpret_cast<float*>(smem));
 }
 template <WeightFmt W, ActFmt X, int RT, int NT>
 struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
@@ -870,12 +877,13 @@ struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
 // NORM: the norm's halves it handles (kNormNone, kNormIn: p.nin, kNormOut: p.nout; native's
 // launcher picks by mma_norm_mode, so that the plain tile's code is what it was and each mode
 // spills no more than it must; kNormAny: all, decided from p, the mono kernel's one body for every
-// mode: measured faster there than one body per mode, 2026-12-03).
-template <WeightFmt W, ActFmt X, int NORM = kNormNone>
+// mode: measured faster there than one body per mode, 2026-12-03). NG, UW: the whole walk's
+// register groups and blocks a group (native's M3_MMA_WALK, an experiment: 2 x kWholeU by default).
+template <WeightFmt W, ActFmt X, int NORM = kNormNone, int NG = 2, int UW = mma::kWholeU>
 struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 128> {
   using Params = MmaLinearParams;
   __device__ static void run(const Params& p, int64_t w, Group g, uint8_t* smem) {
-    mma_linear_wide_item<W, X, 1, 1, NORM>(p, w, g, smem);
+    mma_linear_wide_item<W, X, 1, 1, NORM, NG, UW>(p, w, g, smem);
   }
   // The same item with its weight rows staged at tile (mma_stage_tile); the same bits.
   __device__ static void run_staged(const Params& p, int64_t w, Group g, uint8_t* smem, const uint8_t* tile) {

@@ -416,12 +416,14 @@ __device__ __forceinline__ void chain_sum_whole(const MoeMmaParams& p, const uin
           wr[u][rt].m[h] = scale_mult_arena(__ldg(sp[rt][h] + 4 * u));
         }
       // PD > 0: the codes PD blocks ahead into the L2 (the loads that reach them find them there)
-      if constexpr (PD > 0)
-        if (b + u + PD < bhi)  // warp-uniform
+      if constexpr (PD > 0) {
+        if (b + u + PD < bhi) {  // warp-uniform
 #pragma unroll
           for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) asm volatile("prefetch.global.L2 [%0];" ::"l"(cp[rt][h] + 64 * (u + PD)));
+        }
+      }
     }
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)

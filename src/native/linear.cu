@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/weight_tiles.h"
 #include "kernels/gemv.cuh"
@@ -248,20 +249,49 @@ bool use_split_activations(kernels::MmaLinearParams& p, const void* xs) {
   return true;
 }
 
-void launch(const kernels::MmaLinearParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+namespace {
+
+// The split-activation decode tile's whole walk as an experiment (M3_MMA_WALK=NGxU: NG register
+// groups of U blocks, kernels/mma_common.cuh walk_groups; unset or 2x2: walk_two_groups of
+// kWholeU = 2). The same bits either way. Read once.
+int mma_walk() {
+  static const int w = [] {
+    const char* e = std::getenv("M3_MMA_WALK");
+    const std::string v = e ? e : "2x2";
+    const char* names[] = {"2x2", "3x1", "4x1", "3x2"};
+    for (int i = 0; i < int(sizeof(names) / sizeof(names[0])); ++i)
+      if (v == names[i]) return i;
+    M3_FAIL("M3_MMA_WALK={}: 2x2, 3x1, 4x1 or 3x2 (groups x blocks)", v);
+  }();
+  return w;
+}
+
+template <int NORM>
+void launch_split_decode(const kernels::MmaLinearParams& p, const kernels::WorkShape& sh, cudaStream_t stream,
+                         const LaunchOptions& opt) {
   using kernels::MmaDecodeOp;
+  constexpr WeightFmt F = WeightFmt::FP8;
+  constexpr ActFmt S = ActFmt::F32Split;
+  switch (mma_walk()) {
+    case 1: return launch_op<MmaDecodeOp<F, S, NORM, 3, 1>>(p, sh, stream, "mma_linear", opt);
+    case 2: return launch_op<MmaDecodeOp<F, S, NORM, 4, 1>>(p, sh, stream, "mma_linear", opt);
+    case 3: return launch_op<MmaDecodeOp<F, S, NORM, 3, 2>>(p, sh, stream, "mma_linear", opt);
+    default: return launch_op<MmaDecodeOp<F, S, NORM>>(p, sh, stream, "mma_linear", opt);
+  }
+}
+
+}  // namespace
+
+void launch(const kernels::MmaLinearParams& p, cudaStream_t stream, const LaunchOptions& opt) {
   if (p.xfmt == ActFmt::F32Split) {  // (use_split_activations: the FP8 decode tile only)
     M3_CHECK(p.wfmt == WeightFmt::FP8 && !p.deep && !p.stream && p.rt == 1 && p.nt == 1,
              "mma_linear: split activations feed the FP8 decode tile's register walk only ({} tiling {} x {}{})",
              p.wfmt == WeightFmt::FP8 ? "FP8" : "not FP8", p.rt, p.nt, p.deep ? " deep" : p.stream ? " streamed" : "");
     const kernels::WorkShape sh = kernels::mma_linear_shape(p);
     switch (kernels::mma_norm_mode(p)) {
-      case kernels::kNormIn:
-        return launch_op<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kernels::kNormIn>>(p, sh, stream, "mma_linear", opt);
-      case kernels::kNormOut:
-        return launch_op<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kernels::kNormOut>>(p, sh, stream, "mma_linear", opt);
-      default:
-        return launch_op<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kernels::kNormNone>>(p, sh, stream, "mma_linear", opt);
+      case kernels::kNormIn: return launch_split_decode<kernels::kNormIn>(p, sh, stream, opt);
+      case kernels::kNormOut: return launch_split_decode<kernels::kNormOut>(p, sh, stream, opt);
+      default: return launch_split_decode<kernels::kNormNone>(p, sh, stream, opt);
     }
   }
   if (p.wfmt == WeightFmt::FP8) {
