@@ -538,7 +538,7 @@ __device__ __forceinline__ void chain_sum_whole(const MmaLinearParams& p, int n0
   if constexpr (NG == 2) {
     WRun<W> wa[U][RT], wb[U][RT];
     walk_two_groups<U>(blo, bhi, wa, wb, load_group, mma_group);
-  } else {  // (an experiment: native's M3_MMA_WALK)
+  } else {  // (native's tile over split activations: native/linear.cu mma_walk)
     WRun<W> w[NG][U][RT];
     walk_groups<NG, U>(blo, bhi, w, load_group, mma_group);
   }
@@ -878,7 +878,8 @@ struct MmaWideOp : OpBounds<kMmaMaxChains * 32, 1> {
 // launcher picks by mma_norm_mode, so that the plain tile's code is what it was and each mode
 // spills no more than it must; kNormAny: all, decided from p, the mono kernel's one body for every
 // mode: measured faster there than one body per mode, 2026-12-03). NG, UW: the whole walk's
-// register groups and blocks a group (native's M3_MMA_WALK, an experiment: 2 x kWholeU by default).
+// register groups and blocks a group (2 x kWholeU here; native's launcher runs the tile over split
+// activations at 4 x 1, native/linear.cu mma_walk).
 template <WeightFmt W, ActFmt X, int NORM = kNormNone, int NG = 2, int UW = mma::kWholeU>
 struct MmaDecodeOp : OpBounds<kMmaMaxChains * 32, 0, 128> {
   using Params = MmaLinearParams;

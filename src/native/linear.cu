@@ -251,13 +251,15 @@ bool use_split_activations(kernels::MmaLinearParams& p, const void* xs) {
 
 namespace {
 
-// The split-activation decode tile's whole walk as an experiment (M3_MMA_WALK=NGxU: NG register
-// groups of U blocks, kernels/mma_common.cuh walk_groups; unset or 2x2: walk_two_groups of
-// kWholeU = 2). The same bits either way. Read once.
+// The split-activation decode tile's whole walk: NG register groups of U blocks (1 KB each, a warp),
+// NG - 1 in flight while one is multiplied. Default 4x1 (kernels/mma_common.cuh walk_groups; H100
+// 2026-12-07: qkv / O at M = 1 -4 to -6% against 2x2, native b=1 -0.1 to -1.1%, docs/perf.md);
+// M3_MMA_WALK=2x2 (walk_two_groups of kWholeU = 2, the walk before), 3x1 or 3x2 for side-by-side
+// runs. The same bits either way. Read once.
 int mma_walk() {
   static const int w = [] {
     const char* e = std::getenv("M3_MMA_WALK");
-    const std::string v = e ? e : "2x2";
+    const std::string v = e ? e : "4x1";
     const char* names[] = {"2x2", "3x1", "4x1", "3x2"};
     for (int i = 0; i < int(sizeof(names) / sizeof(names[0])); ++i)
       if (v == names[i]) return i;
