@@ -634,14 +634,21 @@ TEST(MonoTaskTable, PlacementPinsOpsAndReservesCtas) {
         const MonoTask k = t.tasks[size_t(i)];
         const MonoOp& o = t.ops[size_t(k.op)];
         const bool small = place.reserve > 0 && o.items <= place.small;
-        if (small) EXPECT_GE(c, wide) << "a small op outside the reserved CTAs";
-        else EXPECT_LT(c, wide) << "op " << k.op << " (" << o.items << " items) on a reserved CTA";
-        if (!place.pin && !small) EXPECT_EQ(c, (o.first_task + k.item) % wide);
+        if (small) {
+          EXPECT_GE(c, wide) << "a small op outside the reserved CTAs";
+        } else {
+          EXPECT_LT(c, wide) << "op " << k.op << " (" << o.items << " items) on a reserved CTA";
+        }
+        if (!place.pin && !small) {
+          EXPECT_EQ(c, (o.first_task + k.item) % wide);
+        }
         ctas[{o.code, o.items, k.item}].insert(c);
       }
-    if (place.pin)
-      for (const auto& [key, cs] : ctas)
+    if (place.pin) {
+      for (const auto& [key, cs] : ctas) {
         EXPECT_EQ(cs.size(), 1u) << "op code " << std::get<0>(key) << " item " << std::get<2>(key);
+      }
+    }
   }
   std::vector<std::string> why;
   EXPECT_TRUE(build_task_table(ops, grid, 512, 96 * 1024, &why, TablePlacement{true, grid, 8}).ops.empty());

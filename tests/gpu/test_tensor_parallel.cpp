@@ -150,8 +150,11 @@ TEST(GpuTensorParallel, OneRankThroughTheCollectivesIsBitwiseTheSingleRank) {
     decode_steps += decode;
   }
   EXPECT_GE(decode_steps, 10);
-  for (auto& [name, be] : tp1)
-    if (name == "nccl") EXPECT_GT(be->stats().graph_replays, 0) << "NCCL's collectives are captured";
+  for (auto& [name, be] : tp1) {
+    if (name == "nccl") {
+      EXPECT_GT(be->stats().graph_replays, 0) << "NCCL's collectives are captured";
+    }
+  }
   std::printf("  [tp] one rank through %zu collective engine(s): %zu logits compared bitwise, %d decode steps\n",
               tp1.size(), compared, decode_steps);
 }
