@@ -59,8 +59,12 @@ TEST(BenchHarness, RandomFillsKeepFormatsAndPadding) {
           continue;
         }
         distinct += v != h[0];
-        if (c.f == FillFormat::Fp8) ASSERT_NE(v & 0x7f, 0x7f) << "E4M3 NaN code at row " << r << " byte " << b;
-        if (c.f == FillFormat::E8M0) ASSERT_TRUE(v >= 118 && v <= 121) << int(v);
+        if (c.f == FillFormat::Fp8) {
+          ASSERT_NE(v & 0x7f, 0x7f) << "E4M3 NaN code at row " << r << " byte " << b;
+        }
+        if (c.f == FillFormat::E8M0) {
+          ASSERT_TRUE(v >= 118 && v <= 121) << int(v);
+        }
       }
     EXPECT_GT(distinct, 0) << "fill " << int(c.f) << " wrote one constant";
     for (int64_t r = 0; r < rows; ++r)
@@ -105,7 +109,9 @@ TEST(BenchHarness, StreamPathReadsTheAccountedBytes) {
     run->setup(c, cs.s);
     StepBytesOptions bo;
     std::vector<StepOp> ops = step_ops(L, c, bo);
-    if (c.tokens() == 1) EXPECT_DOUBLE_EQ(run->path_bytes(), step_bytes(L, c, bo).total);
+    if (c.tokens() == 1) {
+      EXPECT_DOUBLE_EQ(run->path_bytes(), step_bytes(L, c, bo).total);
+    }
     GraphTiming t = time_graph([&](cudaStream_t st) { run->enqueue(st, nullptr); }, cs.s, 2, 12);
     EXPECT_EQ(t.us.n, 12u);
     EXPECT_TRUE(std::isfinite(t.us.median) && t.us.median > 0);
@@ -197,7 +203,9 @@ TEST(BenchHarness, NativePathRunsOnTheBenchArenaWithFiniteLogits) {
       EXPECT_EQ(got, want) << "spans:" << listed;
       EXPECT_GE(norms, 1) << "spans:" << listed;  // layer 0's input norm at least
       EXPECT_LE(norms, 2 * spec.num_layers) << "spans:" << listed;
-      if (c.is_prefill()) EXPECT_EQ(norms, 2 * spec.num_layers) << "spans:" << listed;
+      if (c.is_prefill()) {
+        EXPECT_EQ(norms, 2 * spec.num_layers) << "spans:" << listed;
+      }
       EXPECT_EQ(spans.front().op, "embed");
       EXPECT_EQ(spans.back().op, "lm_head");
       for (const auto& sp : spans) {
