@@ -625,9 +625,10 @@ __device__ __forceinline__ void mma_linear_wide_work(const MmaLinearParams& p, i
   if (warp < P) {
     float chain[RT][NT][4];
     // a whole decode item of native's decode tile (uniform over the group): chain_sum_whole, the
-    // same bits. (The mono kernel's body, kNormAny, keeps chain_sum: there the whole walk's two
-    // load groups spilled inside its loop and the step ran slower, 2026-12-07, docs/perf.md.)
-    constexpr bool kWhole = NT == 1 && NORM != kNormAny && (W == WeightFmt::FP8 || W == WeightFmt::BF16);
+    // same bits. (The mono kernel's body, kNormAny, keeps chain_sum unless it asks for a walk of
+    // three or more groups (its option fp8_whole): there the whole walk's two load groups spilled
+    // inside its loop and the step ran slower, 2026-12-07, docs/perf.md.)
+    constexpr bool kWhole = NT == 1 && (NORM != kNormAny || NG > 2) && (W == WeightFmt::FP8 || W == WeightFmt::BF16);
     if (kWhole && p.K % kMmaKBlock == 0 && n0 + 16 * RT <= p.N) {
       if constexpr (kWhole) {
         const int tk = t0 + (lane >> 2);

@@ -7,7 +7,7 @@ namespace m3::mono {
 
 const char* op_code_name(OpCode c) {
   static const char* const names[] = {
-      "rms_norm_regs",       "rms_norm_strided",    "mma_decode_fp8_f32",  "mma_stream_fp8_f32",  "mma_decode_fp8_split", "mma_wide2x2_fp8_f32",  "rope_fp8_fp8",
+      "rms_norm_regs",       "rms_norm_strided",    "mma_decode_fp8_f32",  "mma_stream_fp8_f32",  "mma_decode_fp8_split", "mma_decode_fp8_split_whole", "mma_wide2x2_fp8_f32",  "rope_fp8_fp8",
       "rope_fp8_bf16",       "rope_bf16_fp8",       "rope_bf16_bf16",      "indexer_scores_fp8",  "indexer_scores_bf16", "indexer_topk",
       "attn_split_fp8_d64",  "attn_split_fp8_d128", "attn_split_bf16_d64", "attn_split_bf16_d128", "attn_combine",
       "gemv_f32_m1",         "gemv_f32_m2",         "gemv_f32_m4",         "gemv_bf16_m1",       "gemv_bf16_m2",

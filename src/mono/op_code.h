@@ -17,6 +17,7 @@ enum class OpCode : uint8_t {
   MmaDecodeFp8F32,  // the wide 1 x 1 tile, FP8 weights, fp32 activations (every M <= 8), any norm mode
   MmaStreamFp8F32,  // the same tile, its weights copied to shared memory first (kernels/mma_stream.cuh)
   MmaDecodeFp8Split,  // the decode tile over activations split by their producer (kernels/act_split.cuh)
+  MmaDecodeFp8SplitWhole,  // the same, whole items on 4 register groups of 1 block (option fp8_whole)
   MmaWide2x2Fp8F32,  // the 2 x 2 wide tile (9 .. 64 tokens: verify steps of 3-4 rows x 3-4 tokens)
   RopeFp8Fp8,       // K/V cache format, index-K cache format
   RopeFp8Bf16,

@@ -39,12 +39,13 @@ MonoOptions parse_options(const std::string& text, MonoOptions o) {
     else if (k == "ring") o.place.ring = number<int>(k, v);
     else if (k == "early") o.place.early = number<int>(k, v) != 0;
     else if (k == "stream") o.place.stream = number<int>(k, v) != 0;
+    else if (k == "fp8_whole") o.place.fp8_whole = number<int>(k, v) != 0;
     else if (k == "smem_cap") o.place.smem_cap = number<int>(k, v);
     else if (k == "fence") o.fence = number<int>(k, v) != 0;
     else if (k == "grid") o.grid = number<int>(k, v);
     else if (k == "serialized") o.serialized = number<int>(k, v) != 0;
     else if (k == "watchdog_ms") o.watchdog_ms = number<double>(k, v);
-    else M3_FAIL("mono options: unknown key '{}' (known: poll_ns, pin, reserve, small, stage, smem_min, smem_cap, ring, early, stream, fence, grid, serialized, watchdog_ms)", k);
+    else M3_FAIL("mono options: unknown key '{}' (known: poll_ns, pin, reserve, small, stage, smem_min, smem_cap, ring, early, stream, fp8_whole, fence, grid, serialized, watchdog_ms)", k);
   }
   return o;
 }

@@ -35,6 +35,7 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
     const kernels::WorkShape sh = native::op_shape(c);
     MonoOp o;
     o.code = uint8_t(*code);
+    if (*code == OpCode::MmaDecodeFp8Split && place.fp8_whole) o.code = uint8_t(OpCode::MmaDecodeFp8SplitWhole);
     o.threads = sh.threads;
     o.smem = (sh.smem_bytes + 15) / 16 * 16;
     if (const auto* ep = std::get_if<kernels::MoeMmaParams>(&c.params);

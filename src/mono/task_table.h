@@ -96,6 +96,11 @@ struct TablePlacement {
   // whatever the plan's params chose; false: the register walk. The same bits and groups. Off:
   // measured slower (docs/perf.md 2026-12-03: the tiles' shared memory takes the L1 every op leans on).
   bool stream = false;
+  // fp8_whole = true: the decode tiles over split activations (qkv, O) walk whole items on four
+  // register groups of one block (mma_decode_fp8_split_whole), as native's tile does; false:
+  // chain_sum. The same bits. Off: not measured yet (ptxas 2026-12-07: 160 / 188 B of spills, about
+  // 4.5 local loads and stores a block inside the loop, 119 instructions a block against 173).
+  bool fp8_whole = false;
   // smem_cap > 0: an op runs at most smem_cap / op.smem groups side by side (at least one), so the
   // kernel needs at most max(smem_cap, the largest op.smem) bytes and the L1 keeps the rest.
   int smem_cap = 0;

@@ -253,7 +253,22 @@ TEST(MonoTaskTable, OpCodesAndRefusals) {
   m.params = mp;
   EXPECT_FALSE(op_code(m, &why).has_value());
   EXPECT_NE(why.find("tiling 4 x 1"), std::string::npos) << why;
+  // activations split by their producer (ActFmt::F32Split): the decode tile's register walk only
   mp.rt = mp.nt = 1;
+  mp.deep = 0;
+  mp.xfmt = kernels::ActFmt::F32Split;
+  m.params = mp;
+  EXPECT_EQ(op_code(m, &why), OpCode::MmaDecodeFp8Split);
+  for (auto bad : {std::pair{2, 0}, std::pair{1, 1}}) {  // the 2 x 2 tile; streamed
+    mp.rt = mp.nt = bad.first;
+    mp.stream = bad.second;
+    m.params = mp;
+    EXPECT_FALSE(op_code(m, &why).has_value());
+    EXPECT_NE(why.find("split activations"), std::string::npos) << why;
+  }
+  mp.rt = mp.nt = 1;
+  mp.stream = 0;
+  mp.xfmt = kernels::ActFmt::F32;
   mp.deep = 1;
   // the router GEMV: one row per item up to 4 tokens, two at 8 and 16; one pass of tokens only
   native::OpCall gv;
@@ -407,10 +422,50 @@ TEST(MonoOptions, ParseNamesBadInput) {
     }
     ADD_FAILURE() << "'" << text << "' was accepted";
   };
+  EXPECT_FALSE(d.place.fp8_whole);
+  EXPECT_TRUE(parse_options("fp8_whole=1").place.fp8_whole);
   fails_naming("reserv=3", "reserv");
   fails_naming("reserve=3x", "reserve=3x");
   fails_naming("poll_ns", "poll_ns");
   fails_naming("=5", "=5");
+}
+
+// fp8_whole: the decode tiles over split activations (and nothing else) take the whole walk's code,
+// with the same group, shared memory and items; off, the table is what it was.
+TEST(MonoTaskTable, Fp8WholeTakesTheSplitTilesOnly) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<native::OpCall> ops;
+  int split = 0;
+  for (int layer = 0; layer < 4; ++layer)
+    for (int i = 0; i < 6; ++i) {
+      native::OpCall c = random_op(rng, layer);
+      if (auto* mp = std::get_if<kernels::MmaLinearParams>(&c.params); mp && rng() % 2) {
+        mp->xfmt = kernels::ActFmt::F32Split;
+        ++split;
+      }
+      ops.push_back(c);
+    }
+  TablePlacement off{true, 0, 8, 0}, on = off;
+  on.fp8_whole = true;
+  const TaskTable a = build_task_table(ops, 32, 512, 200 * 1024, nullptr, off);
+  const TaskTable b = build_task_table(ops, 32, 512, 200 * 1024, nullptr, on);
+  ASSERT_EQ(a.ops.size(), ops.size());
+  ASSERT_EQ(b.ops.size(), ops.size());
+  EXPECT_EQ(check_task_order(b), "");
+  int whole = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto* mp = std::get_if<kernels::MmaLinearParams>(&ops[i].params);
+    const bool s = mp && mp->xfmt == kernels::ActFmt::F32Split;
+    EXPECT_EQ(a.ops[i].code, s ? uint8_t(OpCode::MmaDecodeFp8Split) : b.ops[i].code) << "op " << i;
+    EXPECT_EQ(b.ops[i].code, s ? uint8_t(OpCode::MmaDecodeFp8SplitWhole) : a.ops[i].code) << "op " << i;
+    EXPECT_EQ(a.ops[i].smem, b.ops[i].smem) << "op " << i;
+    EXPECT_EQ(a.ops[i].groups, b.ops[i].groups) << "op " << i;
+    EXPECT_EQ(a.ops[i].items, b.ops[i].items) << "op " << i;
+    whole += b.ops[i].code == uint8_t(OpCode::MmaDecodeFp8SplitWhole);
+  }
+  EXPECT_EQ(whole, split);
 }
 
 // Staging: every FP8 decode projection (and nothing else) is marked staged, its group's shared

@@ -323,7 +323,9 @@ TEST(GpuEagle3, SchedulerWithKeptDraftsEqualsPlainDecoding) {
     EXPECT_LT(got.accepted, got.drafted) << "every draft kept";
     EXPECT_GT(rec->longest_, 2) << "no kept run longer than two tokens observed";
     EXPECT_EQ(inner->sequences(), 0u);
-    if (mono) EXPECT_GT(got.paths.count("mono") ? got.paths.at("mono") : 0, 0) << "mono never ran a step";
+    if (mono) {
+      EXPECT_GT(got.paths.count("mono") ? got.paths.at("mono") : 0, 0) << "mono never ran a step";
+    }
     std::string by;
     for (const auto& [p, c] : got.paths) by += fmt::format(" {} {};", p, c);
     std::printf("  [eagle3 scheduler %s] %d of %d drafts kept, %d observes (longest %d); steps:%s\n",

@@ -45,74 +45,80 @@ __device__ __forceinline__ uint64_t global_ns() {
 __shared__ __align__(16) uint8_t params_s[kParamBytes];
 
 // One function per op (not inlined into one switch): each body gets the whole register budget,
-// and its code is contiguous. Each kernel build (kVerify) has its own copy of every body, the same
+// and its code is contiguous. Each kernel build (kBuild) has its own copy of every body, the same
 // code: ptxas allocates a body's registers over the call graphs it belongs to, so copies shared
 // with the verify kernel's extra bodies made the decode bodies spill more (H200 2026-12-04, with
 // them shared: mono b=1 7223 against 7033 us; docs/perf.md).
-template <class Op, bool kVerify>
+template <class Op, int kBuild>
 __device__ __noinline__ void run_body(int64_t item, Group g, uint8_t* smem) {
   Op::run(*reinterpret_cast<const typename Op::Params*>(params_s), item, g, smem);
 }
 
-// kVerify: the kernel with the bodies only verify steps of more than 4 token rows use (the 2 x 2
-// tile, the GEMV of 8 / 16 tokens: verify_code); the decode kernel leaves them out, so its code is
-// what it was before verify steps existed. A program runs the kernel that has its codes.
-template <bool kVerify>
+// kBuild (kernel.h, build_of): kBuildVerify adds the bodies only verify steps of more than 4 token
+// rows use (the 2 x 2 tile, the GEMV of 8 / 16 tokens); kBuildWhole the split decode tile's whole
+// walk (the option fp8_whole). Build 0, the decode kernel, leaves them out, so its code is what it
+// was before they existed (a body added to a build moves the other bodies' register allocation,
+// ptxas 2026-12-07). A program runs the build that has its codes.
+template <int kBuild>
 __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
-  if constexpr (kVerify) {
+  if constexpr ((kBuild & kBuildVerify) != 0) {
     switch (code) {
-      case OpCode::MmaWide2x2Fp8F32: return run_body<MmaWideOp<WeightFmt::FP8, ActFmt::F32, 2, 2>, kVerify>(item, g, smem);
-      case OpCode::GemvF32M8: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 8>, kVerify>(item, g, smem);
-      case OpCode::GemvF32M16: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 16>, kVerify>(item, g, smem);
-      case OpCode::GemvBf16M8: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 8>, kVerify>(item, g, smem);
-      case OpCode::GemvBf16M16: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 16>, kVerify>(item, g, smem);
+      case OpCode::MmaWide2x2Fp8F32: return run_body<MmaWideOp<WeightFmt::FP8, ActFmt::F32, 2, 2>, kBuild>(item, g, smem);
+      case OpCode::GemvF32M8: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 8>, kBuild>(item, g, smem);
+      case OpCode::GemvF32M16: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 16>, kBuild>(item, g, smem);
+      case OpCode::GemvBf16M8: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 8>, kBuild>(item, g, smem);
+      case OpCode::GemvBf16M16: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 16>, kBuild>(item, g, smem);
       default: break;
     }
   }
+  if constexpr ((kBuild & kBuildWhole) != 0) {
+    if (code == OpCode::MmaDecodeFp8SplitWhole)
+      return run_body<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kNormAny, 4, 1>, kBuild>(item, g, smem);
+  }
   switch (code) {
-    case OpCode::RmsNormRegs: return run_body<RmsNormOp<true>, kVerify>(item, g, smem);
-    case OpCode::RmsNormStrided: return run_body<RmsNormOp<false>, kVerify>(item, g, smem);
+    case OpCode::RmsNormRegs: return run_body<RmsNormOp<true>, kBuild>(item, g, smem);
+    case OpCode::RmsNormStrided: return run_body<RmsNormOp<false>, kBuild>(item, g, smem);
     // one body for the tile's every norm mode (kernels/mma_linear.cuh, MmaDecodeOp)
-    case OpCode::MmaDecodeFp8F32: return run_body<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32, kNormAny>, kVerify>(item, g, smem);
-    case OpCode::MmaStreamFp8F32: return run_body<MmaStreamOp<ActFmt::F32>, kVerify>(item, g, smem);
+    case OpCode::MmaDecodeFp8F32: return run_body<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32, kNormAny>, kBuild>(item, g, smem);
+    case OpCode::MmaStreamFp8F32: return run_body<MmaStreamOp<ActFmt::F32>, kBuild>(item, g, smem);
     case OpCode::MmaDecodeFp8Split:
-      return run_body<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kNormAny>, kVerify>(item, g, smem);
-    case OpCode::RopeFp8Fp8: return run_body<QkNormRopeCacheOp<CacheFp8, CacheFp8>, kVerify>(item, g, smem);
-    case OpCode::RopeFp8Bf16: return run_body<QkNormRopeCacheOp<CacheFp8, CacheBf16>, kVerify>(item, g, smem);
-    case OpCode::RopeBf16Fp8: return run_body<QkNormRopeCacheOp<CacheBf16, CacheFp8>, kVerify>(item, g, smem);
-    case OpCode::RopeBf16Bf16: return run_body<QkNormRopeCacheOp<CacheBf16, CacheBf16>, kVerify>(item, g, smem);
-    case OpCode::IndexerScoresFp8: return run_body<IndexerScoresOp<CacheFp8>, kVerify>(item, g, smem);
-    case OpCode::IndexerScoresBf16: return run_body<IndexerScoresOp<CacheBf16>, kVerify>(item, g, smem);
-    case OpCode::IndexerTopk: return run_body<IndexerTopkOp, kVerify>(item, g, smem);
-    case OpCode::AttnSplitFp8D64: return run_body<AttentionSplitOp<CacheFp8, 64>, kVerify>(item, g, smem);
-    case OpCode::AttnSplitFp8D128: return run_body<AttentionSplitOp<CacheFp8, 128>, kVerify>(item, g, smem);
-    case OpCode::AttnSplitBf16D64: return run_body<AttentionSplitOp<CacheBf16, 64>, kVerify>(item, g, smem);
-    case OpCode::AttnSplitBf16D128: return run_body<AttentionSplitOp<CacheBf16, 128>, kVerify>(item, g, smem);
-    case OpCode::AttnCombine: return run_body<AttentionCombineOp, kVerify>(item, g, smem);
-    case OpCode::GemvF32M1: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 1, 1>, kVerify>(item, g, smem);
-    case OpCode::GemvF32M2: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 2, 1>, kVerify>(item, g, smem);
-    case OpCode::GemvF32M4: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 4, 1>, kVerify>(item, g, smem);
-    case OpCode::GemvBf16M1: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 1, 1>, kVerify>(item, g, smem);
-    case OpCode::GemvBf16M2: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 2, 1>, kVerify>(item, g, smem);
-    case OpCode::GemvBf16M4: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 4, 1>, kVerify>(item, g, smem);
-    case OpCode::MoeRoute: return run_body<MoeRouteOp, kVerify>(item, g, smem);
-    case OpCode::MoeSplit: return run_body<MoeSplitOp, kVerify>(item, g, smem);
-    case OpCode::MoeWideStaged3: return run_body<MoeWideOp<3>, kVerify>(item, g, smem);
-    case OpCode::MoeWideRegs: return run_body<MoeWideOp<0>, kVerify>(item, g, smem);
-    case OpCode::MoeCombine: return run_body<MoeCombineOp, kVerify>(item, g, smem);
+      return run_body<MmaDecodeOp<WeightFmt::FP8, ActFmt::F32Split, kNormAny>, kBuild>(item, g, smem);
+    case OpCode::RopeFp8Fp8: return run_body<QkNormRopeCacheOp<CacheFp8, CacheFp8>, kBuild>(item, g, smem);
+    case OpCode::RopeFp8Bf16: return run_body<QkNormRopeCacheOp<CacheFp8, CacheBf16>, kBuild>(item, g, smem);
+    case OpCode::RopeBf16Fp8: return run_body<QkNormRopeCacheOp<CacheBf16, CacheFp8>, kBuild>(item, g, smem);
+    case OpCode::RopeBf16Bf16: return run_body<QkNormRopeCacheOp<CacheBf16, CacheBf16>, kBuild>(item, g, smem);
+    case OpCode::IndexerScoresFp8: return run_body<IndexerScoresOp<CacheFp8>, kBuild>(item, g, smem);
+    case OpCode::IndexerScoresBf16: return run_body<IndexerScoresOp<CacheBf16>, kBuild>(item, g, smem);
+    case OpCode::IndexerTopk: return run_body<IndexerTopkOp, kBuild>(item, g, smem);
+    case OpCode::AttnSplitFp8D64: return run_body<AttentionSplitOp<CacheFp8, 64>, kBuild>(item, g, smem);
+    case OpCode::AttnSplitFp8D128: return run_body<AttentionSplitOp<CacheFp8, 128>, kBuild>(item, g, smem);
+    case OpCode::AttnSplitBf16D64: return run_body<AttentionSplitOp<CacheBf16, 64>, kBuild>(item, g, smem);
+    case OpCode::AttnSplitBf16D128: return run_body<AttentionSplitOp<CacheBf16, 128>, kBuild>(item, g, smem);
+    case OpCode::AttnCombine: return run_body<AttentionCombineOp, kBuild>(item, g, smem);
+    case OpCode::GemvF32M1: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 1, 1>, kBuild>(item, g, smem);
+    case OpCode::GemvF32M2: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 2, 1>, kBuild>(item, g, smem);
+    case OpCode::GemvF32M4: return run_body<GemvOp<WeightFmt::F32, ActFmt::F32, 4, 1>, kBuild>(item, g, smem);
+    case OpCode::GemvBf16M1: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 1, 1>, kBuild>(item, g, smem);
+    case OpCode::GemvBf16M2: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 2, 1>, kBuild>(item, g, smem);
+    case OpCode::GemvBf16M4: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 4, 1>, kBuild>(item, g, smem);
+    case OpCode::MoeRoute: return run_body<MoeRouteOp, kBuild>(item, g, smem);
+    case OpCode::MoeSplit: return run_body<MoeSplitOp, kBuild>(item, g, smem);
+    case OpCode::MoeWideStaged3: return run_body<MoeWideOp<3>, kBuild>(item, g, smem);
+    case OpCode::MoeWideRegs: return run_body<MoeWideOp<0>, kBuild>(item, g, smem);
+    case OpCode::MoeCombine: return run_body<MoeCombineOp, kBuild>(item, g, smem);
     default: __trap();
   }
 }
 
 // A staged item (op.stage, the kernels' run_staged): its tile is complete. One function each, as
 // the op bodies above.
-template <bool kVerify>
+template <int kBuild>
 __device__ __noinline__ void run_staged_mma(int64_t item, Group g, uint8_t* smem) {
   using Op = MmaDecodeOp<WeightFmt::FP8, ActFmt::F32>;
   const auto& p = *reinterpret_cast<const Op::Params*>(params_s);
   Op::run_staged(p, item, g, smem, smem + mma_staged_tile_offset(p.chains));
 }
-template <bool kVerify>
+template <int kBuild>
 __device__ __noinline__ void run_staged_moe(int64_t item, Group g, uint8_t* smem) {
   const auto& p = *reinterpret_cast<const MoeMmaParams*>(params_s);
   MoeWideOp<0>::run_staged(p, item, g, smem, smem + moe_staged_tile_offset(p.chains));
@@ -184,7 +190,7 @@ __device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index
   return op.wait_op < 0 || wait_op_done(a, op, op_index, epoch, cta, task, op.wait_op, fault);
 }
 
-template <bool kVerify>
+template <int kBuild>
 __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int go;
@@ -252,12 +258,12 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
         uint8_t* gs = smem + size_t(g) * op.smem;
         if (op.stage && k == g) {
           mbar_wait(&stage_bar[g], ((stage_phase >> g) & 1u) ^ 1u);
-          if (op.stage == 1) run_staged_mma<kVerify>(item, grp, gs);
-          else run_staged_moe<kVerify>(item, grp, gs);
+          if (op.stage == 1) run_staged_mma<kBuild>(item, grp, gs);
+          else run_staged_moe<kBuild>(item, grp, gs);
         } else if (op.stage == 2) {
-          run_body<MoeWideOp<0>, kVerify>(item, grp, gs);  // the staged op's smem has no ring
+          run_body<MoeWideOp<0>, kBuild>(item, grp, gs);  // the staged op's smem has no ring
         } else {
-          run_op<kVerify>(OpCode(op.code), item, grp, gs);
+          run_op<kBuild>(OpCode(op.code), item, grp, gs);
         }
         if (st && grp.tid == 0) st[2] = global_ns();
       }
@@ -276,15 +282,24 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
   if (tid == 0 && done) a.epochs[cta] = epoch;
 }
 
-const void* kernel_fn(bool verify) {
-  return verify ? reinterpret_cast<const void*>(mono_kernel<true>) : reinterpret_cast<const void*>(mono_kernel<false>);
+const void* kernel_fn(int build) {
+  switch (build) {
+    case 0: return reinterpret_cast<const void*>(mono_kernel<0>);
+    case kBuildVerify: return reinterpret_cast<const void*>(mono_kernel<kBuildVerify>);
+    case kBuildWhole: return reinterpret_cast<const void*>(mono_kernel<kBuildWhole>);
+    case kBuildVerify | kBuildWhole: return reinterpret_cast<const void*>(mono_kernel<kBuildVerify | kBuildWhole>);
+  }
+  M3_FAIL("mono: no kernel build {}", build);
 }
+constexpr int kBuilds = 4;
 
 }  // namespace
 
-bool verify_code(OpCode c) {
-  return c == OpCode::MmaWide2x2Fp8F32 || c == OpCode::GemvF32M8 || c == OpCode::GemvF32M16 ||
-         c == OpCode::GemvBf16M8 || c == OpCode::GemvBf16M16;
+int build_of(OpCode c) {
+  if (c == OpCode::MmaWide2x2Fp8F32 || c == OpCode::GemvF32M8 || c == OpCode::GemvF32M16 ||
+      c == OpCode::GemvBf16M8 || c == OpCode::GemvBf16M16)
+    return kBuildVerify;
+  return c == OpCode::MmaDecodeFp8SplitWhole ? kBuildWhole : 0;
 }
 
 int kernel_max_dynamic_smem() {
@@ -292,7 +307,7 @@ int kernel_max_dynamic_smem() {
   M3_CUDA_CHECK(cudaGetDevice(&dev));
   M3_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   int most = optin;
-  for (bool v : {false, true}) {
+  for (int v = 0; v < kBuilds; ++v) {
     cudaFuncAttributes fa{};
     M3_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel_fn(v)));
     most = std::min(most, optin - int(fa.sharedSizeBytes));
@@ -302,7 +317,7 @@ int kernel_max_dynamic_smem() {
 
 int kernel_ctas_per_sm(int smem) {
   int fewest = 1 << 30;
-  for (bool v : {false, true}) {
+  for (int v = 0; v < kBuilds; ++v) {
     M3_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn(v), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int n = 0;
     M3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_fn(v), kCtaThreads, size_t(smem)));
@@ -311,7 +326,7 @@ int kernel_ctas_per_sm(int smem) {
   return fewest;
 }
 
-void launch_kernel(const KernelArgs& a, int grid, int smem, bool verify, cudaStream_t stream) {
+void launch_kernel(const KernelArgs& a, int grid, int smem, int build, cudaStream_t stream) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(grid));
   cfg.blockDim = dim3(unsigned(kCtaThreads));
@@ -323,7 +338,7 @@ void launch_kernel(const KernelArgs& a, int grid, int smem, bool verify, cudaStr
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   void* args[] = {const_cast<KernelArgs*>(&a)};
-  const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel_fn(verify), args);
+  const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel_fn(build), args);
   M3_CHECK(e == cudaSuccess, "mono: cooperative launch of {} CTAs x {} threads ({} B shared memory) failed: {}", grid,
            kCtaThreads, smem, cudaGetErrorString(e));
   M3_LAUNCH_CHECK(stream);

@@ -44,16 +44,16 @@ struct KernelArgs {
   unsigned long long* trace = nullptr;
 };
 
-// The kernel comes in two builds: the decode kernel, and the verify kernel that also has the op
-// bodies only steps of more than 4 token rows use (verify_code); a program whose table holds one
-// of those runs the verify kernel.
-bool verify_code(OpCode c);
-// The most dynamic shared memory one CTA of either kernel can have on the current device.
+// The kernel comes in builds, a mask: the decode kernel (0); kBuildVerify adds the op bodies only
+// steps of more than 4 token rows use; kBuildWhole the split decode tile's whole walk (option
+// fp8_whole). A program runs the build that is the union of its codes' build_of.
+constexpr int kBuildVerify = 1, kBuildWhole = 2;
+int build_of(OpCode c);
+// The most dynamic shared memory one CTA of any build can have on the current device.
 int kernel_max_dynamic_smem();
-// CTAs of either kernel (the fewer) that fit on one SM with `smem` bytes of dynamic shared memory.
+// CTAs of every build (the fewest) that fit on one SM with `smem` bytes of dynamic shared memory.
 int kernel_ctas_per_sm(int smem);
-// One cooperative launch of the decode or the verify kernel (fails instead of hanging when the grid
-// cannot be co-resident).
-void launch_kernel(const KernelArgs& a, int grid, int smem, bool verify, cudaStream_t stream);
+// One cooperative launch of a build (fails instead of hanging when the grid cannot be co-resident).
+void launch_kernel(const KernelArgs& a, int grid, int smem, int build, cudaStream_t stream);
 
 }  // namespace m3::mono

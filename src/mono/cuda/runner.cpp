@@ -30,7 +30,7 @@ struct Program {
   const native::LayerPlan* plan = nullptr;
   size_t num_ops = 0;
   TaskTable table;
-  bool verify = false;  // the table holds a code only the verify kernel has (kernel.h)
+  int build = 0;  // the kernel build that has the table's codes (kernel.h, build_of)
   native::DevBuf ops, tasks, cta_begin, counters, epochs, seq, trace;
 };
 
@@ -82,7 +82,7 @@ class Runner final : public MonoRunner {
     a.poll_ns = uint32_t(opt_.poll_ns);
     a.fence = opt_.fence ? 1 : 0;
     a.trace = opt_.trace ? p.trace.get<unsigned long long>() : nullptr;
-    launch_kernel(a, grid_, std::max(p.table.max_smem, std::min(opt_.smem_min, max_smem_)), p.verify, stream);
+    launch_kernel(a, grid_, std::max(p.table.max_smem, std::min(opt_.smem_min, max_smem_)), p.build, stream);
     last_ = &p;
   }
 
@@ -136,11 +136,12 @@ class Runner final : public MonoRunner {
     return fmt::format(
         "mono: {} CTAs x {} threads, {} ops, {} tasks, {} B shared memory, serialized {}, poll sleep {} ns, "
         "placement {} ({} CTAs reserved for ops of at most {} items), staged tiles: {} projection ops, {} expert ops, "
-        "expert ring {}, early split {}, fence {}, streamed projections {}",
+        "expert ring {}, early split {}, fence {}, streamed projections {}, whole-walk projections {}",
         grid_, kCtaThreads, last_->table.ops.size(), last_->table.num_tasks(), last_->table.max_smem, opt_.serialized,
         opt_.poll_ns, opt_.place.pin ? "by op code" : "round robin", opt_.place.reserve, opt_.place.small,
         staged_ops(1), staged_ops(2), opt_.place.ring, opt_.place.early, opt_.fence,
-        count_ops([](const MonoOp& o) { return o.code == uint8_t(OpCode::MmaStreamFp8F32); }));
+        count_ops([](const MonoOp& o) { return o.code == uint8_t(OpCode::MmaStreamFp8F32); }),
+        count_ops([](const MonoOp& o) { return o.code == uint8_t(OpCode::MmaDecodeFp8SplitWhole); }));
   }
   int staged_ops(int stage) const {
     return count_ops([stage](const MonoOp& o) { return o.stage == stage; });
@@ -186,7 +187,7 @@ class Runner final : public MonoRunner {
       M3_FAIL("{}", r.text());
     }
     const TaskTable& t = p->table;
-    for (const MonoOp& o : t.ops) p->verify = p->verify || verify_code(OpCode(o.code));
+    for (const MonoOp& o : t.ops) p->build |= build_of(OpCode(o.code));
     auto up = [](native::DevBuf& b, const void* src, size_t bytes) {
       b = native::DevBuf(std::max<size_t>(bytes, 16));
       M3_CUDA_CHECK(cudaMemcpy(b.get(), src, bytes, cudaMemcpyHostToDevice));
