@@ -382,7 +382,7 @@ __device__ __forceinline__ void chain_sum(const MoeMmaParams& p, const uint8_t* 
 // pointers and the token's activation pointer advance once a load group, every load of the group
 // at an immediate offset from them; the scales become multipliers in one multiply-add
 // (scale_mult_arena: the arena's scales are at most 128).
-template <int RT, int NG, int U, int AG = 4, int PD = 0>
+template <int RT, int NG, int U, int AG = 4>
 __device__ __forceinline__ void chain_sum_whole(const MoeMmaParams& p, const uint8_t* codes, const uint8_t* scales,
                                                 int n0, const uint16_t* xr, int blo, int bhi, int lane,
                                                 float (&chain)[RT][1][4]) {
@@ -415,15 +415,6 @@ __device__ __forceinline__ void chain_sum_whole(const MoeMmaParams& p, const uin
           wr[u][rt].v[h] = wstream::ld_stream(cp[rt][h] + 64 * u);
           wr[u][rt].m[h] = scale_mult_arena(__ldg(sp[rt][h] + 4 * u));
         }
-      // PD > 0: the codes PD blocks ahead into the L2 (the loads that reach them find them there)
-      if constexpr (PD > 0) {
-        if (b + u + PD < bhi) {  // warp-uniform
-#pragma unroll
-          for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) asm volatile("prefetch.global.L2 [%0];" ::"l"(cp[rt][h] + 64 * (u + PD)));
-        }
-      }
     }
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
@@ -450,8 +441,8 @@ __device__ __forceinline__ void chain_sum_whole(const MoeMmaParams& p, const uin
     xp += 32 * U;
   };
   // groups 0 .. NG - 2 issued; then group k + NG - 1 is issued before group k is multiplied (the
-  // loops written out: a generic ring of NG groups spilled at NG = 2 where this one does not,
-  // ptxas 2026-12-07)
+  // loops written out: through mma::walk_two_groups / walk_groups ptxas spilled here, 3x1a2 528 /
+  // 516 B against 88 / 160 written out, 2026-12-07; the measured build is this one)
   static_assert(NG == 2 || NG == 3, "two or three groups");
   WBlk wa[U][RT], wb[U][RT];
   load_group(wa, blo);
@@ -608,9 +599,9 @@ __device__ __forceinline__ void tile_tokens(const MoeMmaParams& p, int t0, int e
 // S > 0 (NT == 1 only): the staged chain with S stages per warp; `ring` then holds
 // P * moe_wide_ring_bytes(RT, S) bytes (16-byte aligned), warp w's ring at w * that.
 // NG > 0 (S == 0, NT == 1, MXFP4): whole items on chain_sum_whole with NG groups of UW blocks, the
-// activations AG groups at a time, the codes PD blocks ahead prefetched into the L2.
+// activations AG groups at a time.
 template <int RT, int NT, int U = moe_mma::blocks_in_flight<RT, NT>(), int S = 0, class B = moe_mma::WBlk, int NG = 0,
-          int UW = 1, int AG = 4, int PD = 0>
+          int UW = 1, int AG = 4>
 __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int tile_n, int entry, Group g, float* smem,
                                                   uint8_t* ring = nullptr) {
   static_assert(S == 0 || NT == 1, "the staged chain is for one token tile");
@@ -637,7 +628,7 @@ __device__ __forceinline__ void moe_mma_wide_work(const MoeMmaParams& p, int til
       } else if constexpr (NG > 0) {
         static_assert(NT == 1 && std::is_same_v<B, moe_mma::WBlk>, "whole items: one token tile of MXFP4 runs");
         if (p.K % kMoeKBlock == 0 && n0 + 16 * RT <= p.N)  // a whole item (uniform over the group)
-          moe_mma::chain_sum_whole<RT, NG, UW, AG, PD>(p, codes, scales, n0, xr[0], mma::chain_begin(warp, blocks, P),
+          moe_mma::chain_sum_whole<RT, NG, UW, AG>(p, codes, scales, n0, xr[0], mma::chain_begin(warp, blocks, P),
                                                mma::chain_begin(warp + 1, blocks, P), lane, chain);
         else
           moe_mma::chain_sum<RT, NT, U, B>(p, codes, scales, n0, xr, tok, mma::chain_begin(warp, blocks, P),
@@ -996,9 +987,9 @@ struct MoeSplitOp : OpBounds<kMoeSplitThreads> {
 
 // Wide: S > 0 the staged ring (p.stages == S), else the register pipeline of U blocks per group;
 // NG > 0 (S == 0): whole items on chain_sum_whole, NG register groups of UW blocks, the
-// activations AG groups at a time, the codes PD blocks ahead prefetched into the L2 (native's
+// activations AG groups at a time (native's
 // M3_MOE_WALK, an experiment; the mono kernel runs NG = 0).
-template <int S, int NG = 0, int UW = 1, int AG = 4, int PD = 0>
+template <int S, int NG = 0, int UW = 1, int AG = 4>
 struct MoeWideOp : OpBounds<32 * kMoeMaxChains> {
   static_assert(S == 0 || NG == 0, "the staged ring or the whole walk");
   using Params = MoeMmaParams;
@@ -1007,8 +998,8 @@ struct MoeWideOp : OpBounds<32 * kMoeMaxChains> {
     const int tiles = moe_row_tiles(p);
     const int entry = p.max_entries - 1 - int(w / tiles);
     uint8_t* ring = S > 0 ? smem + moe_wide_partials_bytes(p.chains) : nullptr;
-    moe_mma_wide_work<kMoeWideRT, kMoeWideNT, kU, S, moe_mma::WBlk, NG, UW, AG, PD>(p, int(w % tiles), entry, g,
-                                                                                     reinterpret_cast<float*>(smem), ring);
+    moe_mma_wide_work<kMoeWideRT, kMoeWideNT, kU, S, moe_mma::WBlk, NG, UW, AG>(p, int(w % tiles), entry, g,
+                                                                                 reinterpret_cast<float*>(smem), ring);
   }
   // The same item from its staged tile (moe_stage_tile); the same bits.
   __device__ static void run_staged(const Params& p, int64_t w, Group g, uint8_t* smem, const uint8_t* tile) {

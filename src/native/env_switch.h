@@ -1,10 +1,15 @@
-// A plan-building switch that is on unless the environment sets VAR=0 (read once, for side-by-side
-// measurements of one binary), with an override for tests: set(0) off, set(1) on, set(-1) back to
-// the environment's. Switches of the same bits, e.g. M3_FUSED_NORMS and M3_SPLIT_ACT.
+// Environment switches of the same bits, for side-by-side measurements of one binary:
+//   EnvSwitch: on unless the environment sets VAR=0 (M3_FUSED_NORMS, M3_SPLIT_ACT), with an
+//   override for tests: set(0) off, set(1) on, set(-1) back to the environment's;
+//   env_choice: which of a few named values VAR holds (M3_MMA_WALK, M3_MOE_WALK).
 #pragma once
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include "core/check.h"
 
 namespace m3::native {
 
@@ -27,5 +32,19 @@ class EnvSwitch {
   mutable std::atomic<int> env_{-1};
   std::atomic<int> override_{-1};
 };
+
+// The index in `names` of VAR's value, or of `dflt` when VAR is unset; any other value is an error
+// naming VAR and the values it takes.
+inline int env_choice(const char* var, std::initializer_list<const char*> names, const char* dflt) {
+  const char* e = std::getenv(var);
+  const std::string v = e ? e : dflt;
+  std::string known;
+  int i = 0;
+  for (const char* n : names) {
+    if (v == n) return i;
+    known += (i++ ? ", " : "") + std::string(n);
+  }
+  M3_FAIL("{}={}: not one of {}", var, v, known);
+}
 
 }  // namespace m3::native

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "core/weight_tiles.h"
 #include "kernels/gemv.cuh"
@@ -257,14 +256,7 @@ namespace {
 // M3_MMA_WALK=2x2 (walk_two_groups of kWholeU = 2, the walk before), 3x1 or 3x2 for side-by-side
 // runs. The same bits either way. Read once.
 int mma_walk() {
-  static const int w = [] {
-    const char* e = std::getenv("M3_MMA_WALK");
-    const std::string v = e ? e : "4x1";
-    const char* names[] = {"2x2", "3x1", "4x1", "3x2"};
-    for (int i = 0; i < int(sizeof(names) / sizeof(names[0])); ++i)
-      if (v == names[i]) return i;
-    M3_FAIL("M3_MMA_WALK={}: 2x2, 3x1, 4x1 or 3x2 (groups x blocks)", v);
-  }();
+  static const int w = env_choice("M3_MMA_WALK", {"2x2", "3x1", "4x1", "3x2"}, "4x1");
   return w;
 }
 

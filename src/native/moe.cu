@@ -8,11 +8,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "kernels/moe_mma.cuh"
 #include "kernels/moe_mxfp4.cuh"
 #include "native/cuda_check.h"
+#include "native/env_switch.h"
 #include "native/launch.cuh"
 #include "native/moe.h"
 #include "native/router.h"
@@ -290,19 +290,14 @@ void launch(const kernels::MoeSplitParams& p, cudaStream_t stream, const LaunchO
 }
 
 namespace {
-// The register walk over whole items as an experiment (M3_MOE_WALK=NGxU[aAG][pPD]: NG register
-// groups of U blocks of kMoeWideRT row tiles, the activations AG groups at a time, the codes PD
-// blocks ahead prefetched into the L2, kernels/moe_mma.cuh chain_sum_whole; unset or 0: chain_sum for every item, as the mono
-// kernel). The same bits either way. Read once.
+// The one-token register walk over whole items as an experiment (kernels/moe_mma.cuh
+// chain_sum_whole): M3_MOE_WALK=2x1, two register groups of one block of kMoeWideRT row tiles
+// (lean3's walk), or 3x1a2, three groups with the activations two groups at a time; unset or 0:
+// chain_sum for every item, as the mono kernel. Both measured slower than 0 (H100 2026-12-07,
+// docs/perf.md; an L2 prefetch variant too, since removed); kept for the ncu comparison of 0 and
+// 3x1a2. The same bits either way. Read once.
 int moe_walk() {
-  static const int w = [] {
-    const char* e = std::getenv("M3_MOE_WALK");
-    const std::string v = e ? e : "0";
-    const char* names[] = {"0", "2x1", "3x1", "2x1p2", "3x1a2", "3x1a2p3"};
-    for (int i = 0; i < int(sizeof(names) / sizeof(names[0])); ++i)
-      if (v == names[i]) return i;
-    M3_FAIL("M3_MOE_WALK={}: 0, 2x1, 3x1, 2x1p2, 3x1a2 or 3x1a2p3 (NG x U, aAG, pPD)", v);
-  }();
+  static const int w = env_choice("M3_MOE_WALK", {"0", "2x1", "3x1a2"}, "0");
   return w;
 }
 }  // namespace
@@ -326,10 +321,7 @@ void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOpt
   else if (p.stages == 0) {
     switch (moe_walk()) {
       case 1: return launch_op<kernels::MoeWideOp<0, 2, 1>>(p, sh, stream, "moe_mma", opt);
-      case 2: return launch_op<kernels::MoeWideOp<0, 3, 1>>(p, sh, stream, "moe_mma", opt);
-      case 3: return launch_op<kernels::MoeWideOp<0, 2, 1, 4, 2>>(p, sh, stream, "moe_mma", opt);
-      case 4: return launch_op<kernels::MoeWideOp<0, 3, 1, 2>>(p, sh, stream, "moe_mma", opt);
-      case 5: return launch_op<kernels::MoeWideOp<0, 3, 1, 2, 3>>(p, sh, stream, "moe_mma", opt);
+      case 2: return launch_op<kernels::MoeWideOp<0, 3, 1, 2>>(p, sh, stream, "moe_mma", opt);
       default: return launch_op<kernels::MoeWideOp<0>>(p, sh, stream, "moe_mma", opt);
     }
   } else M3_FAIL("moe_mma: {} stages (0 or {})", p.stages, kWideStages);
