@@ -34,6 +34,7 @@
 #include "kernels/act_split.cuh"
 #include "kernels/attention_common.cuh"
 #include "kernels/attention_params.h"
+#include "kernels/block_topk.cuh"
 #include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
@@ -81,23 +82,38 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
   constexpr int kEpl = (D / 32) > (4 / C::kBytes) ? D / 32 : 4 / C::kBytes;  // V channels per lane
   static_assert(D % kChunk == 0 && D % kEpl == 0, "attention: head_dim vs load width");
   const int S = p.num_splits, KV = p.kv_heads, G = p.num_heads / p.kv_heads, bs = p.block_size;
-  const int s = int(w % S), g = int((w / S) % KV), t = int(w / (int64_t(S) * KV));
+  const ItemSplit ws = item_split(w, S), wg = item_split(ws.q, KV);
+  const int s = ws.r, g = wg.r, t = int(wg.q);
   const int lane = tid & 31, warp = tid >> 5;
   const int pos = p.positions[t];
   float* q_s = reinterpret_cast<float*>(smem);
   uint8_t* bufs = smem + G * D * 4;
 
-  const int32_t* sel = nullptr;
+  // The token's position, request and first 32 selected blocks are loaded together (none of the
+  // three addresses depends on another's value; a padding row's entries are read and unused).
+  // With topk_scores the item selects the blocks itself, into shared memory after the K/V buffers
+  // (its scratch in the buffers, before any tile is copied), split 0 writing them to `selected`.
+  const int32_t* sel = p.selected ? p.selected + (int64_t(t) * KV + g) * p.topk : nullptr;
+  const int32_t seq = p.token_seq[t];
+  if (p.topk_scores) {
+    int32_t* sel_s = reinterpret_cast<int32_t*>(bufs + 2 * Sm::kBufBytes);
+    block_topk(p.topk_scores + (int64_t(t) * KV + g) * p.max_q_blocks, pos, bs, p.topk_local, p.topk, p.max_q_blocks,
+               grp, bufs, sel_s);
+    grp.sync();
+    if (s == 0)
+      for (int i = tid; i < p.topk; i += kThreads) p.selected[(int64_t(t) * KV + g) * p.topk + i] = sel_s[i];
+    sel = sel_s;
+  }
+  const int32_t sel0 = sel && lane < p.topk ? sel[lane] : -1;
   const int32_t* table = nullptr;
   int NK = 0;
   if (pos >= 0) {
-    table = p.block_tables + int64_t(p.token_seq[t]) * p.table_width;
-    if (p.selected) {
-      sel = p.selected + (int64_t(t) * KV + g) * p.topk;
+    table = p.block_tables + int64_t(seq) * p.table_width;
+    if (sel) {
       // Count the selected blocks (ascending, -1 padded) with one ballot per 32 entries rather
       // than a chain of dependent loads.
-      int n = 0;
-      for (int i0 = 0; i0 < p.topk; i0 += 32) {
+      int n = __popc(__ballot_sync(kFullMask, sel0 >= 0));
+      for (int i0 = 32; i0 < p.topk; i0 += 32) {
         const int i = i0 + lane;
         n += __popc(__ballot_sync(kFullMask, i < p.topk && sel[i] >= 0));
       }
@@ -105,6 +121,8 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
     } else {
       NK = pos + 1;
     }
+  } else {
+    sel = nullptr;
   }
   const int n_tiles = (NK + kAttnTile - 1) / kAttnTile;
   const int P = p.tiles_per_chunk;
@@ -314,38 +332,63 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
 // the n chunk states of (t, g) in chunk order exactly as the S == 1 mode does: one warp per head
 // computes the prefix maxima and the weights (a_c, b_c) of every chunk (in parallel; a max is
 // exact in any order) and the sequential L chain, then each thread folds its output channel over
-// the chunks: the first 32 chunks' values loaded before the weights are computed (they depend on
-// nothing else), later ones 16 at a time before their use.
+// the chunks: the chunk count, the first 32 chunks' states and values all loaded at once (one
+// round trip before any compute), later ones 16 at a time before their use.
 __device__ inline void attention_combine_work(const AttentionParams& p, int64_t w, Group grp, float* smem) {
   const int tid = grp.tid, nthreads = grp.nthreads;
   const int H = p.num_heads, KV = p.kv_heads, G = H / KV, D = p.head_dim, C = p.max_chunks;
   const int slices = attention_combine_chunks(G, D, nthreads);
-  const int c = int(w % slices);
-  const int t = int(w / slices / KV), g = int((w / slices) % KV);
+  const ItemSplit wc = item_split(w, slices), wg = item_split(wc.q, KV);
+  const int c = wc.r, t = int(wg.q), g = wg.r;
   const int lane = tid & 31, warp = tid >> 5, nwarps = nthreads >> 5;
   const int64_t base = (int64_t(t) * KV + g) * C;  // state of chunk k, head h: (base + k) * G + h
   float* o = p.out + (int64_t(t) * H + int64_t(g) * G) * D;
   const int i = c * nthreads + tid;  // this thread's output channel (h, d) = (i / D, i % D)
-  const int n = p.positions[t] < 0 ? 0 : p.part_n[int64_t(t) * KV + g];
+  // Latency is what this costs at decode. The chunk count n, the first 32 chunks' states of this
+  // warp's first kPreH heads and this thread's output values of the first kPre chunks are all
+  // loaded at once, before n is known: the workspace holds C chunks of every (t, g), so the loads
+  // up to C are in bounds, and the values of chunks n..C-1 (stale) are never used.
+  const int pos = p.positions[t];
+  const int pn = p.part_n[int64_t(t) * KV + g];  // written for every row by split item 0
   float* wa = smem;                  // [G][C]
   float* wb = smem + G * C;          // [G][C]
   float* inv = smem + 2 * G * C;     // [G]
-  // this thread's output values of the first kPre chunks depend on nothing computed here: their
-  // loads are issued before the weights (and fly during them and the barrier)
-  constexpr int kPre = 32;
+  constexpr int kPre = 32, kPreH = 2;
   const bool mine = i < G * D;
   const int ho = mine ? i / D : 0, d_o = mine ? i % D : 0;
   const float* po = p.part_o + (base * G + ho) * D + d_o;  // chunk k at + k * G * D
   float pre[kPre];
 #pragma unroll
-  for (int j = 0; j < kPre; ++j) pre[j] = mine && j < n ? po[int64_t(j) * G * D] : 0.f;
-  for (int h = warp; h < G; h += nwarps) {
+  for (int j = 0; j < kPre; ++j) pre[j] = mine && j < C ? po[int64_t(j) * G * D] : 0.f;
+  float pre_m[kPreH], pre_l[kPreH];
+#pragma unroll
+  for (int q = 0; q < kPreH; ++q) {
+    const int h = warp + q * nwarps;
+    const bool ok = h < G && lane < C;
+    const int64_t r = (base + lane) * G + h;
+    pre_m[q] = ok ? p.part_ml[r * 2] : 0.f;
+    pre_l[q] = ok ? p.part_ml[r * 2 + 1] : 0.f;
+  }
+  const int n = pos < 0 ? 0 : pn;
+  for (int h = warp, q = 0; h < G; h += nwarps, ++q) {
     float Mprev = -INFINITY, L = 0.f;  // lane 0's running values
     for (int k0 = 0; k0 < n; k0 += 32) {
       const int k = k0 + lane;
       const int64_t r = (base + k) * G + h;
-      const float mk = k < n ? p.part_ml[r * 2] : -INFINITY;
-      const float lk = k < n ? p.part_ml[r * 2 + 1] : 0.f;
+      float mk = -INFINITY, lk = 0.f;
+      if (k < n) {
+        if (k0 == 0 && q < kPreH) {
+#pragma unroll
+          for (int u = 0; u < kPreH; ++u)  // (selects, not a runtime-indexed local array)
+            if (q == u) {
+              mk = pre_m[u];
+              lk = pre_l[u];
+            }
+        } else {
+          mk = p.part_ml[r * 2];
+          lk = p.part_ml[r * 2 + 1];
+        }
+      }
       // inclusive prefix max over the lanes, continuing from the previous 32 chunks
       float M = mk;
 #pragma unroll
@@ -362,11 +405,13 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
         wa[h * C + k] = f.a;
         wb[h * C + k] = f.b;
       }
-      // the L chain, in chunk order (lane 0)
-      for (int j = 0; j < 32 && k0 + j < n; ++j) {
+      // the L chain, in chunk order (lane 0's value is used): the 32 chunks' shuffles do not
+      // depend on the chain, so they are unrolled and issued ahead of its multiply-adds
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
         const float aj = __shfl_sync(0xffffffffu, f.a, j), bj = __shfl_sync(0xffffffffu, f.b, j);
         const float lj = __shfl_sync(0xffffffffu, lk, j);
-        L = attention_fold(L, lj, FoldWeights{0.f, aj, bj});
+        if (k0 + j < n) L = attention_fold(L, lj, FoldWeights{0.f, aj, bj});
       }
       Mprev = __shfl_sync(0xffffffffu, M, 31);
     }

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/formats.h"
+#include "kernels/indexer_params.h"
 #include "kernels/work.h"
 
 namespace m3::kernels {
@@ -24,8 +25,15 @@ struct AttentionParams {
   const int32_t* token_seq = nullptr;     // [T]
   const int32_t* block_tables = nullptr;  // [num_seqs, table_width]
   int table_width = 0;
-  const int32_t* selected = nullptr;  // [T, KV, topk] logical block ids ascending, -1 padded; null = dense
+  // [T, KV, topk] logical block ids ascending, -1 padded; null (and topk_scores null) = dense. With
+  // topk_scores, written by each (t, g)'s split 0 (for traces), not read.
+  int32_t* selected = nullptr;
   int topk = 0;
+  // Optional: the indexer's block scores [T, KV, max_q_blocks] (index groups = KV heads); each
+  // split item then selects its (t, g)'s top-k blocks itself (kernels/block_topk.cuh, with
+  // topk_local forced blocks) instead of reading `selected`: the same lists, one op less.
+  const float* topk_scores = nullptr;
+  int max_q_blocks = 0, topk_local = 0;
   int num_tokens = 0, num_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
   float softmax_scale = 1;
   int num_splits = 1;          // S: thread blocks per (t, g)
@@ -44,6 +52,12 @@ struct AttentionParams {
 M3_HOST_DEVICE constexpr int attention_split_smem_bytes(int group, int head_dim, int elem_bytes) {
   return group * head_dim * 4 + 2 * (2 * kAttnTile * (head_dim * elem_bytes + 16) + kAttnTile * 4);
 }
+// With topk_scores, the selection's scratch (indexer_topk_smem_bytes) lives in the two K/V buffers
+// (before the first tile is copied) and the selected list after them: when the scratch fits.
+M3_HOST_DEVICE inline bool attention_topk_fits(int head_dim, int elem_bytes, int max_q_blocks) {
+  return indexer_topk_smem_bytes(max_q_blocks) <= 2 * (2 * kAttnTile * (head_dim * elem_bytes + 16) + kAttnTile * 4);
+}
+M3_HOST_DEVICE constexpr int attention_topk_list_bytes(int topk) { return (topk * 4 + 15) / 16 * 16; }
 constexpr int kAttnThreads = kAttnWarps * 32;
 constexpr int kAttnCombineThreads = 256;
 
@@ -59,7 +73,8 @@ M3_HOST_DEVICE inline int attention_combine_smem_floats(int group, int max_chunk
 // Split: item w = (t * KV + g) * S + s. Combine: item w = (t * KV + g) * slices + c.
 M3_HOST_DEVICE inline WorkShape attention_split_shape(const AttentionParams& p) {
   return {int64_t(p.num_tokens) * p.kv_heads * p.num_splits, kAttnThreads,
-          attention_split_smem_bytes(p.num_heads / p.kv_heads, p.head_dim, p.kv_fmt == CacheFmt::FP8 ? 1 : 2)};
+          attention_split_smem_bytes(p.num_heads / p.kv_heads, p.head_dim, p.kv_fmt == CacheFmt::FP8 ? 1 : 2) +
+              (p.topk_scores ? attention_topk_list_bytes(p.topk) : 0)};
 }
 M3_HOST_DEVICE inline WorkShape attention_combine_shape(const AttentionParams& p) {
   const int G = p.num_heads / p.kv_heads;

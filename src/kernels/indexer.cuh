@@ -5,12 +5,13 @@
 //      s_g[j] = ik_scale * (iq_g . IK[slot(j)])   fp32, no softmax scale,
 //    and block_scores[t, g, b] = max_j s_g[j] (NaN never raises a block). Items with b > p_t / bs
 //    or padding tokens write nothing (never read).
-// 2. indexer_topk_work, work item w = t * IH + g, run by a thread group: over the token's
-//    nb = p/bs + 1 blocks, NaN -> -inf, the `local` blocks ending at p's block forced to +inf;
-//    block b is kept iff its score is not -inf and fewer than topk blocks beat it (higher score,
-//    or equal score and lower index), which is exactly the top min(topk, nb) with ties to the lower
-//    index. Writes selected[t, g, 0..topk) = the kept logical block ids in ascending order, -1
-//    padded (padding tokens: all -1).
+// 2. indexer_topk_work (kernels/block_topk.cuh), work item w = t * IH + g, run by a thread
+//    group: over the token's nb = p/bs + 1 blocks, NaN -> -inf, the `local` blocks ending at p's
+//    block forced to +inf; block b is kept iff its score is not -inf and fewer than topk blocks
+//    beat it (higher score, or equal score and lower index), which is exactly the top
+//    min(topk, nb) with ties to the lower index. Writes selected[t, g, 0..topk) = the kept logical
+//    block ids in ascending order, -1 padded (padding tokens: all -1). The attention split items
+//    can run the same selection themselves instead (AttentionParams::topk_scores).
 //
 // Inputs: iq [T, IH*ID] fp32 (normed, rotated); the layer's index-K cache [slots, ID] (FP8 or
 // BF16 with one scalar scale, layout in native/kv_cache.h); per-token positions and request rows,
@@ -23,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/block_topk.cuh"
 #include "kernels/indexer_params.h"
 #include "kernels/work_kernel.cuh"
 
@@ -73,8 +75,14 @@ __device__ __forceinline__ void keys_best(const float* q, const uint8_t* keys, i
 template <class C>
 __device__ void indexer_block_scores_work(const IndexerParams& p, int64_t w, Group grp, uint8_t* smem) {
   const int tid = grp.tid, nthreads = grp.nthreads;
-  const int t = int(w / p.max_q_blocks), b = int(w % p.max_q_blocks);
+  const ItemSplit wb = item_split(w, p.max_q_blocks);
+  const int t = int(wb.q), b = wb.r;
+  // The position and the request load together, and the block's physical id as soon as the
+  // request is known (not after the position: b < table_width keeps it in bounds; a block past
+  // the position is loaded and unused).
   const int pos = p.positions[t];
+  const int32_t seq = p.token_seq[t];
+  const int32_t phys = seq >= 0 && b < p.table_width ? p.block_tables[int64_t(seq) * p.table_width + b] : -1;
   if (pos < 0 || b > pos / p.block_size) return;  // uniform over the block
   const int IH = p.index_heads, ID = p.index_dim, bs = p.block_size;
   float* q_s = reinterpret_cast<float*>(smem);  // [IH][ID]
@@ -83,7 +91,6 @@ __device__ void indexer_block_scores_work(const IndexerParams& p, int64_t w, Gro
   const int row_bytes = ID * C::kBytes + 16, cpr = ID * C::kBytes / 16;
 
   // The block's visible keys: one asynchronous copy, overlapping the iq load.
-  const int32_t phys = p.block_tables[int64_t(p.token_seq[t]) * p.table_width + b];
   const int n_keys = min(bs, pos - b * bs + 1);
   const uint8_t* src = static_cast<const uint8_t*>(p.ik_cache) + int64_t(phys) * bs * ID * C::kBytes;
   for (int i = tid; i < n_keys * cpr; i += nthreads) {
@@ -182,96 +189,13 @@ __device__ void indexer_block_scores_tiled_work(const IndexerParams& p, int64_t 
   }
 }
 
-constexpr int kTopkChunk = 128;  // blocks per pruning chunk
-
-
-// One group of threads (a multiple of 32) per (token, index group); smem:
-// indexer_topk_smem_bytes(max_q_blocks). Block i is kept iff its score is not -inf and fewer
-// than k blocks beat it (higher score, or equal score and lower index). Exact pruning first: a
-// block beaten by k others inside its own chunk of kTopkChunk blocks cannot be kept, and every
-// block that beats a kept block is itself kept, so ranking the survivors among themselves gives
-// the same answer. Scans read 8 scores per step (broadcast 16-byte reads) and stop at k.
+// Item w = t * IH + g: the top-k of (token t, index group g) into selected (kernels/block_topk.cuh).
 __device__ inline void indexer_topk_work(const IndexerParams& p, int64_t w, Group grp, uint8_t* smem) {
-  const int tid = grp.tid, nthreads = grp.nthreads;
-  const int t = int(w / p.index_heads), g = int(w % p.index_heads);
-  int32_t* out = p.selected + (int64_t(t) * p.index_heads + g) * p.topk;
-  const int pos = p.positions[t];
-  if (pos < 0) {
-    for (int i = tid; i < p.topk; i += nthreads) out[i] = -1;
-    return;
-  }
-  const int qb = pos / p.block_size, nb = qb + 1, k = p.topk;
-  const int nb8 = (nb + 7) / 8 * 8, cap = (p.max_q_blocks + 7) / 8 * 8;
-  const float* sc = p.block_scores + (int64_t(t) * p.index_heads + g) * p.max_q_blocks;
-  float* s_s = reinterpret_cast<float*>(smem);               // [cap] sanitized scores
-  int32_t* keep = reinterpret_cast<int32_t*>(s_s + cap);     // [cap] 1 = selected
-  int32_t* cand = keep + cap;                                // [cap + 4] candidate block ids
-  float* cand_s = reinterpret_cast<float*>(cand + cap + 4);  // [cap + 4] their scores
-  int32_t* ncand = reinterpret_cast<int32_t*>(cand_s + cap + 4);
-  if (tid == 0) *ncand = 0;
-  for (int b = tid; b < nb8; b += nthreads) {
-    float s = b < nb ? sc[b] : -INFINITY;  // padding never beats a selectable block
-    if (s != s) s = -INFINITY;
-    if (b < nb && b > qb - p.local) s = INFINITY;  // b in [qb - local + 1, qb]
-    s_s[b] = s;
-    keep[b] = 0;
-  }
-  grp.sync();
-  // 1. Candidates: fewer than k better blocks inside the block's own chunk.
-  for (int b = tid; b < nb; b += nthreads) {
-    const float sb = s_s[b];
-    if (!(sb > -INFINITY)) continue;
-    const int c0 = b / kTopkChunk * kTopkChunk, c1 = min(c0 + kTopkChunk, nb8);
-    int better = 0;
-    for (int j0 = c0; j0 < c1 && better < k; j0 += 8) {
-      const float4 x = *reinterpret_cast<const float4*>(s_s + j0);
-      const float4 y = *reinterpret_cast<const float4*>(s_s + j0 + 4);
-      const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-#pragma unroll
-      for (int q = 0; q < 8; ++q) better += (v[q] > sb) || (v[q] == sb && j0 + q < b);
-    }
-    if (better < k) {
-      const int i = atomicAdd(ncand, 1);
-      cand[i] = b;
-      cand_s[i] = sb;
-    }
-  }
-  grp.sync();
-  const int nc = *ncand, nc4 = (nc + 3) / 4 * 4;
-  if (tid < nc4 - nc) {  // pad the list to a multiple of 4 with entries that beat nothing
-    cand[nc + tid] = INT_MAX;
-    cand_s[nc + tid] = -INFINITY;
-  }
-  grp.sync();
-  // 2. Rank among the candidates (order of the list is irrelevant: ties compare block ids).
-  for (int i = tid; i < nc; i += nthreads) {
-    const int b = cand[i];
-    const float sb = cand_s[i];
-    int better = 0;
-    for (int j0 = 0; j0 < nc4 && better < k; j0 += 4) {
-      const float4 x = *reinterpret_cast<const float4*>(cand_s + j0);
-      const int4 id = *reinterpret_cast<const int4*>(cand + j0);
-      better += (x.x > sb) || (x.x == sb && id.x < b);
-      better += (x.y > sb) || (x.y == sb && id.y < b);
-      better += (x.z > sb) || (x.z == sb && id.z < b);
-      better += (x.w > sb) || (x.w == sb && id.w < b);
-    }
-    if (better < k) keep[b] = 1;
-  }
-  grp.sync();
-  // Kept blocks in ascending order (warp 0, one ballot per 32 blocks), then -1 padding.
-  if (tid < 32) {
-    const int lane = tid;
-    int count = 0;
-    for (int b0 = 0; b0 < nb; b0 += 32) {
-      const int b = b0 + lane;
-      const bool kb = b < nb && keep[b];
-      const unsigned m = __ballot_sync(kFullMask, kb);
-      if (kb) out[count + __popc(m & ((1u << lane) - 1u))] = b;
-      count += __popc(m);
-    }
-    for (int i = count + lane; i < k; i += 32) out[i] = -1;
-  }
+  const ItemSplit wt = item_split(w, p.index_heads);
+  const int t = int(wt.q), g = wt.r;
+  const int64_t row = int64_t(t) * p.index_heads + g;
+  block_topk(p.block_scores + row * p.max_q_blocks, p.positions[t], p.block_size, p.local, p.topk, p.max_q_blocks,
+             grp, smem, p.selected + row * p.topk);
 }
 
 // ---- the ops (indexer_params.h shapes) ----

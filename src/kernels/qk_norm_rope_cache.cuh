@@ -28,12 +28,15 @@ namespace m3::kernels {
 
 template <class KvC, class IkC>
 __device__ void qk_norm_rope_cache_work(int64_t w, int lane, const QkNormRopeCacheParams& p) {
+  // Latency is what this costs at decode: every load (slot, position, the vector, its norm weights,
+  // the frequencies) is issued before anything waits on one, and the angles are computed while
+  // the vector is in flight; padding K/V/IK vectors are computed too and only their stores are
+  // skipped (an early return on the slot made the vector's loads wait for the slot's).
+  // num_work() < 2^31 (checked by the builder): 32-bit item arithmetic.
   const int nvec = p.vectors_per_token();
-  const int t = int(w / nvec), vec = int(w % nvec);
+  const int t = int(w) / nvec, vec = int(w) - t * nvec;
   const int H = p.num_heads, KV = p.kv_heads, D = p.head_dim, ID = p.index_dim;
   const float* row = p.proj + int64_t(t) * p.proj_stride;
-  const int32_t slot = p.slots[t];
-  const int32_t pos = p.positions[t] < 0 ? 0 : p.positions[t];
 
   enum Kind { Q, K, V, IQ, IK };
   Kind kind;
@@ -52,26 +55,34 @@ __device__ void qk_norm_rope_cache_work(int64_t w, int lane, const QkNormRopeCac
   } else {
     kind = IK; dim = ID; src = row + int64_t(H + 2 * KV) * D + int64_t(p.index_heads) * ID; nw = p.ik_norm;
   }
-  if ((kind == K || kind == V || kind == IK) && slot < 0) return;  // padding: no cache write
-
   const int R = kind == V ? 0 : p.rotary_dim;
   const int r = R / 2;
   constexpr int kPairs = kRopeMaxDim / 2 / 32, kPass = kRopeMaxDim / 32;
-  float a[kPairs], b[kPairs], c[kPass];
-  float ss = 0;
+  const int32_t slot = p.slots[t];
+  const int32_t pos_raw = p.positions[t];
+  float a[kPairs], b[kPairs], c[kPass], wa[kPairs], wb[kPairs], wc[kPass], fr[kPairs];
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
-    int i = lane + 32 * j;
-    a[j] = i < r ? src[i] : 0.f;
-    b[j] = i < r ? src[i + r] : 0.f;
-    ss += a[j] * a[j] + b[j] * b[j];
+    const int i = lane + 32 * j;
+    const bool in = i < r;
+    a[j] = in ? src[i] : 0.f;
+    b[j] = in ? src[i + r] : 0.f;
+    wa[j] = in && nw ? nw[i] : 0.f;
+    wb[j] = in && nw ? nw[i + r] : 0.f;
+    fr[j] = in ? p.inv_freq[i] : 0.f;
   }
 #pragma unroll
   for (int j = 0; j < kPass; ++j) {
-    int d = R + lane + 32 * j;
+    const int d = R + lane + 32 * j;
     c[j] = d < dim ? src[d] : 0.f;
-    ss += c[j] * c[j];
+    wc[j] = d < dim && nw ? nw[d] : 0.f;
   }
+  const int32_t pos = pos_raw < 0 ? 0 : pos_raw;
+  float ss = 0;
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) ss += a[j] * a[j] + b[j] * b[j];
+#pragma unroll
+  for (int j = 0; j < kPass; ++j) ss += c[j] * c[j];
 
   if (kind != V) {
     ss = warp_sum(ss);
@@ -80,11 +91,11 @@ __device__ void qk_norm_rope_cache_work(int64_t w, int lane, const QkNormRopeCac
     for (int j = 0; j < kPairs; ++j) {
       int i = lane + 32 * j;
       if (i < r) {
-        float y0 = a[j] * rs * (1.0f + nw[i]);
-        float y1 = b[j] * rs * (1.0f + nw[i + r]);
+        float y0 = a[j] * rs * (1.0f + wa[j]);
+        float y1 = b[j] * rs * (1.0f + wb[j]);
         // NOTE: the angle is the fp32 product, its cos/sin taken in double and rounded, exactly
         // as the reference (ref/rope.h) and transformers' fp32 tables do.
-        float ang = float(pos) * p.inv_freq[i];
+        float ang = float(pos) * fr[j];
         double sd, cd;
         sincos(double(ang), &sd, &cd);
         float cs = float(cd), sn = float(sd);
@@ -95,9 +106,10 @@ __device__ void qk_norm_rope_cache_work(int64_t w, int lane, const QkNormRopeCac
 #pragma unroll
     for (int j = 0; j < kPass; ++j) {
       int d = R + lane + 32 * j;
-      if (d < dim) c[j] = c[j] * rs * (1.0f + nw[d]);
+      if (d < dim) c[j] = c[j] * rs * (1.0f + wc[j]);
     }
   }
+  if ((kind == K || kind == V || kind == IK) && slot < 0) return;  // padding: no cache write
 
   // Destination.
   if (kind == Q || kind == IQ) {

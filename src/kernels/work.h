@@ -21,4 +21,18 @@ struct WorkShape {
 
 M3_HOST_DEVICE constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// w / n and w % n of a work item index w >= 0 (n > 0): 32-bit arithmetic where w fits (a 64-bit
+// division is a call of ~70 instructions on the GPU, on the latency path of small ops).
+struct ItemSplit {
+  int64_t q;
+  int r;
+};
+M3_HOST_DEVICE inline ItemSplit item_split(int64_t w, int n) {
+  if (w <= 0x7fffffff) {
+    const unsigned u = unsigned(w), d = unsigned(n), q = u / d;
+    return {int64_t(q), int(u - q * d)};
+  }
+  return {w / n, int(w % n)};
+}
+
 }  // namespace m3::kernels

@@ -62,6 +62,17 @@ kernels::AttentionParams make_attention_params(const AttentionArgs& a, const Ste
   p.table_width = meta.table_width;
   p.selected = a.selected;
   p.topk = a.topk;
+  if (a.topk_scores) {
+    M3_CHECK(a.selected && a.max_q_blocks > 0 && a.max_q_blocks * cache.block_size > meta.max_context - 1 &&
+                 a.topk_local >= 0,
+             "attention: top-k from block scores needs selected, {} blocks >= the context {} / block {} and local {} >= 0",
+             a.max_q_blocks, meta.max_context, cache.block_size, a.topk_local);
+    M3_CHECK(kernels::attention_topk_fits(D, cache.kv_dtype == DType::F8_E4M3 ? 1 : 2, a.max_q_blocks),
+             "attention: the top-k of {} blocks does not fit the split item's buffers (head_dim {})", a.max_q_blocks, D);
+    p.topk_scores = a.topk_scores;
+    p.max_q_blocks = a.max_q_blocks;
+    p.topk_local = a.topk_local;
+  }
   p.num_tokens = T;
   p.num_heads = a.num_heads;
   p.kv_heads = KV;

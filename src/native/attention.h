@@ -15,8 +15,14 @@ namespace m3::native {
 struct AttentionArgs {
   const float* q = nullptr;  // [T, H*D] fp32, normed and rotated
   int num_heads = 0;         // H (a multiple of the cache's kv_heads, at most 16 per KV head)
-  const int32_t* selected = nullptr;  // [T, KV, topk] from indexer_select; null = dense causal
+  int32_t* selected = nullptr;  // [T, KV, topk] from indexer_select; null = dense causal
   int topk = 0;
+  // Optional (sparse): the indexer's block scores [T, KV, max_q_blocks]; the split items then
+  // select the top-k blocks themselves (kernels/block_topk.cuh; `selected` gets the same lists,
+  // written, not read). Refused when the selection's scratch does not fit
+  // (kernels::attention_topk_fits).
+  const float* topk_scores = nullptr;
+  int max_q_blocks = 0, topk_local = 0;
   float softmax_scale = 0;   // 0 = 1 / sqrt(head_dim)
   int num_splits = 0;        // thread blocks per (token, KV group); 0 = attention_splits(...)
   int tiles_per_chunk = 0;   // 32-key tiles per chunk; 0 = kDefaultTilesPerChunk. Fixes the numerics:

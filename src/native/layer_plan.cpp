@@ -71,12 +71,17 @@ bool set_norm_in(std::vector<OpCall>& ops, const float* a, const kernels::NormIn
 }
 
 EnvSwitch g_fused_norms("M3_FUSED_NORMS");
+EnvSwitch g_fused_topk("M3_FUSED_TOPK");
 
 }  // namespace
 
 bool fused_norms_enabled() { return g_fused_norms.on(); }
 
 void set_fused_norms(int on) { g_fused_norms.set(on); }
+
+bool fused_topk_enabled() { return g_fused_topk.on(); }
+
+void set_fused_topk(int on) { g_fused_topk.set(on); }
 
 kernels::RmsNormParams residual_norm_params(const ForwardModel& m, Activations& act, const uint16_t* w, int rows,
                                             bool add_f, bool prep) {
@@ -197,7 +202,9 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     const KvLayerView cv = m.cache().layer(l);
     add(OpKind::QkNormRopeCache, "rope_cache", "rope_cache", l, make_qk_norm_rope_params(qa, mv, cv));
 
-    const int32_t* sel = nullptr;
+    int32_t* sel = nullptr;
+    const float* topk_scores = nullptr;  // the split items select the blocks (fused_topk_enabled)
+    int topk_mqb = 0;
     if (s.sparse(l)) {
       IndexerArgs ia;
       ia.iq = act.iq.get<float>();
@@ -210,14 +217,23 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
       ia.selected = act.sel.get<int32_t>();
       const kernels::IndexerParams ip = make_indexer_params(ia, mv, cv);
       add(OpKind::IndexerScores, "index_k", "indexer_scores", l, ip);
-      add(OpKind::IndexerTopk, "index_k", "indexer_topk", l, ip);
+      topk_scores = fused_topk_enabled() && ip.index_heads == cv.kv_heads &&
+                            kernels::attention_topk_fits(cv.head_dim, cv.kv_dtype == DType::F8_E4M3 ? 1 : 2,
+                                                         ip.max_q_blocks)
+                        ? ip.block_scores
+                        : nullptr;
+      if (!topk_scores) add(OpKind::IndexerTopk, "index_k", "indexer_topk", l, ip);
       sel = act.sel.get<int32_t>();
+      topk_mqb = ip.max_q_blocks;
     }
     AttentionArgs aa;
     aa.q = act.q.get<float>();
     aa.num_heads = s.num_heads;
     aa.selected = sel;
     aa.topk = sel ? s.index_topk : 0;
+    aa.topk_scores = topk_scores;
+    aa.max_q_blocks = topk_mqb;
+    aa.topk_local = s.index_local;
     aa.num_splits = sel ? S_sparse : S_dense;
     aa.tiles_per_chunk = m.tiles_per_chunk(sel != nullptr);
     aa.workspace = act.attn_ws.get();

@@ -43,6 +43,13 @@ bool fused_norms_enabled();
 // Overrides it for the plans built from now on (tests): 0 off, 1 on, -1 back to the environment's.
 void set_fused_norms(int on);
 
+// Whether sparse layers' attention split items select their top-k blocks themselves from the
+// indexer's block scores (one op less a layer; AttentionParams::topk_scores) where the selection
+// fits their buffers: on unless M3_FUSED_TOPK=0 (the same bits either way). set_fused_topk
+// overrides it for the plans built from now on (0 off, 1 on, -1 back to the environment's).
+bool fused_topk_enabled();
+void set_fused_topk(int on);
+
 // The residual norm: with add_f, x += f (the last sublayer's output) first; then a = RMSNorm(x)
 // * (1 + w) over `rows` rows (the next sublayer's input, or the final norm's output); with prep,
 // only the prep half: a = x (1 + w) and act.inv (kernels/fused_norm_params.h).

@@ -101,6 +101,8 @@ kernels::QkNormRopeCacheParams make_qk_norm_rope_params(const QkNormRopeArgs& a,
            dtype_name(cache.ik_dtype));
   p.kv_fmt = kv8 ? kernels::CacheFmt::FP8 : kernels::CacheFmt::BF16;
   p.ik_fmt = ik8 ? kernels::CacheFmt::FP8 : kernels::CacheFmt::BF16;
+  M3_CHECK(p.num_work() < (int64_t(1) << 31), "qk_norm_rope: {} tokens x {} vectors exceed the 2^31 work items",
+           p.num_tokens, p.vectors_per_token());
   return p;
 }
 

@@ -46,7 +46,19 @@ void StepTraceRecorder::after(const OpCall& op, cudaStream_t s) {
     case OpKind::QkNormRopeCache:
       if (sel_->record_cache) record_cache(op.layer, s);
       break;
-    case OpKind::IndexerTopk: record_blocks(std::get<kernels::IndexerParams>(op.params), op.layer, s); break;
+    case OpKind::IndexerTopk: {
+      const auto& p = std::get<kernels::IndexerParams>(op.params);
+      record_blocks({p.selected, p.block_scores, p.num_tokens, p.index_heads, p.topk, p.block_size, p.max_q_blocks},
+                    op.layer, s);
+      break;
+    }
+    case OpKind::AttentionSplit: {
+      const auto& p = std::get<kernels::AttentionParams>(op.params);
+      if (p.topk_scores)
+        record_blocks({p.selected, p.topk_scores, p.num_tokens, p.kv_heads, p.topk, p.block_size, p.max_q_blocks},
+                      op.layer, s);
+      break;
+    }
     case OpKind::RouterSelect: record_experts(std::get<kernels::RouterSelectParams>(op.params), op.layer, s); break;
     case OpKind::MoeRoute: record_experts(std::get<kernels::MoeRouteParams>(op.params).select, op.layer, s); break;
     default: break;
@@ -54,9 +66,9 @@ void StepTraceRecorder::after(const OpCall& op, cudaStream_t s) {
 }
 
 // The selected blocks (and, when asked, the block scores) of the live rows.
-void StepTraceRecorder::record_blocks(const kernels::IndexerParams& p, int layer, cudaStream_t s) {
+void StepTraceRecorder::record_blocks(const BlockLists& p, int layer, cudaStream_t s) {
   const ModelSpec& spec = fw_.spec();
-  const int T = p.num_tokens, G = p.index_heads, K = p.topk, bs = p.block_size, mqb = p.max_q_blocks;
+  const int T = p.T, G = p.G, K = p.K, bs = p.bs, mqb = p.mqb;
   const auto& ls = sel_->layers;
   const size_t k = size_t(std::find(ls.begin(), ls.end(), layer) - ls.begin());
   M3_CHECK(k < ls.size() && G == spec.index_heads, "step trace: layer {} is not a sparse layer", layer);

@@ -1,7 +1,8 @@
 // Recording of a traced step's discrete choices (runtime/backend.h SelectionTrace, and the
 // indexer's block scores: cuda_backend.h BlockScoreTrace) as a plan observer: after each op that
 // produced one, its outputs for the pass's live rows are copied back (synchronously: traced steps
-// run eagerly). Per sparse layer the selected blocks (after the indexer's top-k), per MoE layer the
+// run eagerly). Per sparse layer the selected blocks (after the indexer's top-k, or after the
+// attention split where its items select them: AttentionParams::topk_scores), per MoE layer the
 // routed experts (after routing), per layer on request the cache entries the pass wrote (after
 // the cache insert).
 #pragma once
@@ -26,7 +27,13 @@ class StepTraceRecorder final : public PlanObserver {
   void after(const OpCall& op, cudaStream_t stream) override;
 
  private:
-  void record_blocks(const kernels::IndexerParams& p, int layer, cudaStream_t s);
+  // The selected blocks [T, G, K] (and the block scores [T, G, mqb], block size bs) of a layer.
+  struct BlockLists {
+    const int32_t* selected;
+    const float* block_scores;
+    int T, G, K, bs, mqb;
+  };
+  void record_blocks(const BlockLists& b, int layer, cudaStream_t s);
   void record_experts(const kernels::RouterSelectParams& p, int layer, cudaStream_t s);
   void record_cache(int layer, cudaStream_t s);
   Forward& fw_;

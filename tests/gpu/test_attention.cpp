@@ -38,9 +38,17 @@ struct Data {
   float ks = 1, vs = 1;
 };
 
+// The split items' own top-k (AttentionParams::topk_scores): block scores [T, KV, mqb] with local
+// forced blocks; the lists the items write to `selected` come back in *written.
+struct OwnTopk {
+  const std::vector<float>* scores;
+  int mqb, local;
+  std::vector<int32_t>* written;
+};
+
 std::vector<float> run_gpu(const AttnCase& c, const Scenario& sc, const Data& in, int splits, int* used_splits,
                            std::vector<std::vector<float>>* kd = nullptr, std::vector<std::vector<float>>* vd = nullptr,
-                           int tiles_per_chunk = native::kDefaultTilesPerChunk) {
+                           int tiles_per_chunk = native::kDefaultTilesPerChunk, const OwnTopk* own = nullptr) {
   const auto& meta = sc.meta;
   const int T = meta.num_tokens;
   native::KvCacheShape shape;
@@ -69,11 +77,18 @@ std::vector<float> run_gpu(const AttnCase& c, const Scenario& sc, const Data& in
   DevBuf<float> dq(in.q), out(size_t(T) * c.H * c.D);
   out.poison();
   DevBuf<int32_t> dsel(c.sparse ? in.sel : std::vector<int32_t>{0});
+  DevBuf<float> dscores(own ? *own->scores : std::vector<float>{0.f});
   native::AttentionArgs a;
   a.q = dq.p;
   a.num_heads = c.H;
   a.selected = c.sparse ? dsel.p : nullptr;
   a.topk = c.sparse ? c.topk : 0;
+  if (own) {
+    dsel.poison(0x7f);  // block 0x7f7f7f7f: the items write the lists (and must not read these)
+    a.topk_scores = dscores.p;
+    a.max_q_blocks = own->mqb;
+    a.topk_local = own->local;
+  }
   a.num_splits = splits;
   a.tiles_per_chunk = tiles_per_chunk;
   // Workspace for every chunk of the longest key list.
@@ -87,6 +102,7 @@ std::vector<float> run_gpu(const AttnCase& c, const Scenario& sc, const Data& in
   a.out = out.p;
   *used_splits = native::attention_forward(a, dmeta.view(), view, nullptr);
   M3_CUDA_CHECK(cudaDeviceSynchronize());
+  if (own) *own->written = dsel.download();
   return out.download();
 }
 
@@ -242,6 +258,41 @@ void run_case(const AttnCase& c) {
     EXPECT_EQ(diff, 0u) << "1-tile chunks: " << ua << " blocks per row differ from 1 at " << diff << " outputs";
     auto r = compare(a, ref, atol, rtol);
     EXPECT_TRUE(r.ok) << "1-tile chunks: " << r.describe();
+  }
+
+  // The split items selecting their blocks themselves from block scores whose top-k is in.sel (the
+  // local block forced, the others finite, the rest -inf or NaN: never kept; exact ties among
+  // the kept): bitwise the output of the given lists at every split count, and those lists (-1
+  // for padding rows) written to `selected` for every row.
+  if (c.sparse) {
+    const int mqb = (meta.max_context + c.bs - 1) / c.bs;
+    std::vector<float> scores(size_t(T) * c.KV * size_t(mqb));
+    for (float& x : scores) x = rng.uniform_int(0, 1) ? -INFINITY : std::nanf("");
+    for (int t = 0; t < T; ++t)
+      for (int g = 0; g < c.KV; ++g) {
+        const int32_t* s = in.sel.data() + (size_t(t) * c.KV + g) * c.topk;
+        float* row = scores.data() + (size_t(t) * c.KV + g) * size_t(mqb);
+        float prev = 1.5f;
+        for (int i = 0; i < c.topk && s[i] >= 0; ++i) row[s[i]] = prev = rng.uniform_int(0, 3) == 0 ? prev : rng.uniform(1.f, 2.f);
+      }
+    ASSERT_TRUE(kernels::attention_topk_fits(c.D, c.dt == DType::BF16 ? 2 : 1, mqb)) << mqb << " blocks";
+    for (size_t i = 0; i < c.splits.size(); ++i) {
+      std::vector<int32_t> written;
+      const OwnTopk own{&scores, mqb, 1, &written};
+      int u = 0;
+      auto got = run_gpu(c, sc, in, c.splits[i], &u, nullptr, nullptr, native::kDefaultTilesPerChunk, &own);
+      size_t diff = 0, first = 0;
+      for (size_t j = 0; j < got.size(); ++j)
+        if (std::memcmp(&got[j], &outs[i][j], 4) != 0 && diff++ == 0) first = j;
+      EXPECT_EQ(diff, 0u) << "own top-k, splits " << c.splits[i] << " (used " << u << "): " << diff
+                          << " outputs differ from the given lists', first " << first;
+      const std::vector<int32_t>& want = in.sel;  // (padding rows: all -1)
+      size_t bad = 0, bad_first = 0;
+      for (size_t j = 0; j < want.size(); ++j)
+        if (written[j] != want[j] && bad++ == 0) bad_first = j;
+      EXPECT_EQ(bad, 0u) << "own top-k, splits " << c.splits[i] << ": " << bad << " list entries differ, first "
+                         << bad_first << " (" << written[bad_first] << " vs " << want[bad_first] << ")";
+    }
   }
 
   // Same logical data in another block placement, same split count: bitwise equal.

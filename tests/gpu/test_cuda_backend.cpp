@@ -325,9 +325,11 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
     StepOutput s = shuf->step(b2);
     native::set_fused_norms(0);
     native::set_split_activations(0);
+    native::set_fused_topk(0);
     StepOutput u = unfused->step(b1);
     native::set_fused_norms(-1);
     native::set_split_activations(-1);
+    native::set_fused_topk(-1);
     EXPECT_EQ(e.logits.size(), g.logits.size());
     EXPECT_EQ(e.logits.size(), s.logits.size());
     EXPECT_EQ(e.logits.size(), u.logits.size());
