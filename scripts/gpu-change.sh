@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One device call for a kernel change that must keep the bits: a new build against the build
+# before it, and the change's own switch, in one run (each step under its own time limit, so a
+# slow step cannot cost the later ones' results):
+#   1. GpuBitsDump of OLD and of NEW at every value of VAR: every logit bitwise OLD's;
+#   2. scripts/gpu-check.sh NEW (every GPU test, conformance, generate);
+#   3. scripts/ab-bench.sh: OLD (as base) and NEW interleaved, LAYERS (default 60) at BATCH
+#      (default 1,4), paths native, mono and EXTRA (a mono variant, e.g. mono:fp8_whole=1; optional);
+#   4. NEW's decode step at each value of VAR (scripts/gpu-sweep.sh's step part: native and mono).
+#   scripts/gpu-change.sh NEW OLD VAR "V1 V2 ..." [EXTRA]
+# NEW: a full pack (scripts/gpubin.sh pack .gpubin/NEW), OLD: a pack or its bin.tar.xz alone (run
+# with NEW's lib/). Logs under $OUT (default /tmp/gpu-change, tarred into logs.tgz); a summary last.
+set -u
+cd "$(dirname "$0")/.."
+NEW=${1:?usage: gpu-change.sh NEW OLD VAR "V1 V2 ..." [EXTRA]}
+OLD=${2:?usage}
+VAR=${3:?usage}
+VALS=(${4:?usage})
+EXTRA=${5:-}
+OUT=${OUT:-/tmp/gpu-change}
+mkdir -p "$OUT/logs"
+export M3_TEST_DATA="$PWD/tests/data"
+for b in "$NEW" "$OLD"; do [ -x ".gpubin/$b/m3mono" ] || scripts/gpubin.sh unpack ".gpubin/$b" >/dev/null; done
+L="$PWD/.gpubin/$NEW/lib"
+export LD_LIBRARY_PATH="$L:${LD_LIBRARY_PATH:-}"
+sum="$OUT/summary.txt"
+: >"$sum"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$sum" 2>&1
+step() {  # name, seconds, command...
+  local name=$1 limit=$2 t0
+  shift 2
+  t0=$(date +%s)
+  timeout "$limit" "$@" >"$OUT/logs/$name.txt" 2>&1
+  echo "$name: rc=$? $(( $(date +%s) - t0 ))s" >>"$sum"
+}
+# 1. bits
+step bits-old 60 env M3_BITS_DUMP="$OUT/bits-old.bin" ".gpubin/$OLD/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
+for v in "${VALS[@]}"; do
+  step "bits-$v" 60 env "$VAR=$v" M3_BITS_DUMP="$OUT/bits-$v.bin" ".gpubin/$NEW/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
+  if cmp -s "$OUT/bits-old.bin" "$OUT/bits-$v.bin"; then echo "bits $VAR=$v: identical to $OLD" >>"$sum"
+  else echo "bits $VAR=$v: DIFFER from $OLD" >>"$sum"; fi
+done
+rm -f "$OUT"/bits-*.bin
+# 2. every GPU test
+step check "${CHECK_S:-290}" env OUT="$OUT/check" GPU_CHECK_TIMEOUT=240 scripts/gpu-check.sh ".gpubin/$NEW"
+# 3. old against new, interleaved
+rm -rf .gpubin/base && cp -r ".gpubin/$OLD" .gpubin/base
+step ab "${AB_S:-200}" env OUT="$OUT/ab" LAYERS="${LAYERS:-60}" BATCH="${BATCH:-1,4}" scripts/ab-bench.sh "$NEW" $EXTRA
+# 4. the switch's values, interleaved twice
+for r in 1 2; do
+  for v in "${VALS[@]}"; do
+    step "sw-$v-$r" 100 env "$VAR=$v" ".gpubin/$NEW/m3mono" bench --tp-shard 4 --layers "${LAYERS:-60}" --context 8K \
+      --batch "${BATCH:-1,4}" --paths native,mono
+    grep -E "^decode" "$OUT/logs/sw-$v-$r.txt" | grep -v stream | awk -v r="$r" -v v="$VAR=$v" '{print "round", r, v, $2, $4, $5}' >>"$OUT/sw.txt"
+  done
+done
+echo "== summary"; cat "$sum"
+echo "== gpu-check"; tail -n 30 "$OUT/check/table.txt" 2>/dev/null
+echo "== ab (run binary batch path median_us)"; grep -E "^[12] " "$OUT/logs/ab.txt"
+echo "== $VAR"; cat "$OUT/sw.txt" 2>/dev/null
+(cd "$OUT" && tar czf logs.tgz logs check ab 2>/dev/null && rm -rf logs)
