@@ -173,6 +173,60 @@ __device__ __forceinline__ void moe_group_work(const MoeGroupParams& p, Group g,
   for (int t = tid; t < p.M; t += nthreads) p.pair_row[MK + t] = t;
 }
 
+// The same lists for at most 32 pairs (decode: M K <= 32), by warp 0 without the per-expert scan:
+// lane i holds pair i's expert; its position is the number of pairs that sort before it (a lower
+// expert, or the same expert and a lower index: the stable order), it opens an entry when no
+// lower index has its expert, and that entry's index is the number of such openers with a lower
+// expert. ids: p.ids or the same values where the caller has them. Ids outside [0, E) are left out.
+__device__ __forceinline__ void moe_group_small_work(const MoeGroupParams& p, Group g, const int32_t* ids) {
+  const int MK = p.M * p.K;
+  if (g.tid < 32) {
+    const int lane = g.tid;
+    const int e = lane < MK ? ids[lane] : -1;
+    const bool ok = e >= 0 && e < p.E;
+    const unsigned valid = __ballot_sync(0xffffffffu, ok);
+    int pos = 0, before = 0, entry = 0;  // pairs sorting before mine; lower pairs with my expert; entries below mine
+    for (int j = 0; j < MK; ++j) {
+      const int ej = __shfl_sync(0xffffffffu, e, j);
+      const bool vj = (valid >> j) & 1u;
+      pos += vj && (ej < e || (ej == e && j < lane));
+      before += vj && ej == e && j < lane;
+    }
+    const bool opens = ok && before == 0;
+    const unsigned openers = __ballot_sync(0xffffffffu, opens);
+    for (int j = 0; j < MK; ++j) {
+      const int ej = __shfl_sync(0xffffffffu, e, j);
+      entry += ((openers >> j) & 1u) && ej < e;
+    }
+    if (ok) {
+      p.pair_row[pos] = lane / p.K;
+      p.pos_of[lane] = pos;
+    }
+    if (opens) {
+      p.entry_slot[entry] = e;
+      p.entry_begin[entry] = pos;
+    }
+    if (lane == 0) {
+      int a = __popc(openers), o = __popc(valid);
+      if (p.shared_slot) {
+        p.entry_slot[a] = p.E;
+        p.entry_begin[a] = MK;
+        ++a;
+        o = MK + p.M;
+      }
+      p.entry_begin[a] = o;
+      *p.num_entries = a;
+      if (p.shared_separate) {
+        p.sh_slot[0] = 0;
+        p.sh_begin[0] = MK;
+        p.sh_begin[1] = MK + p.M;
+        *p.sh_num = 1;
+      }
+    }
+  }
+  for (int t = g.tid; t < p.M; t += g.nthreads) p.pair_row[MK + t] = t;
+}
+
 // The same lists (the same stable order) with the pairs split over the group's W warps: warp w
 // owns the contiguous run of pairs [w S, (w + 1) S) (S = ceil(M K / W)); hist[w][e] counts its
 // pairs of expert e (shared-memory atomics: counts do not depend on their order), the counts
@@ -250,7 +304,8 @@ struct MoeRouteOp : OpBounds<kGroupThreads> {
     int32_t* ids_s = reinterpret_cast<int32_t*>(smem) + moe_group_smem_bytes(p.group.E) / 4;
     for (int t = g.warp(); t < p.select.M; t += g.num_warps()) router_select_work(p.select, t, g.lane(), ids_s);
     g.sync();
-    moe_group_work(p.group, g, reinterpret_cast<int32_t*>(smem), ids_s);
+    if (p.group.M * p.group.K <= 32) moe_group_small_work(p.group, g, ids_s);
+    else moe_group_work(p.group, g, reinterpret_cast<int32_t*>(smem), ids_s);
   }
 };
 

@@ -149,8 +149,12 @@ TEST(GpuRouter, FusedRouteEqualsSelectThenGroup) {
     int E, K, M;
     bool slot, sep;
   };
-  // M up to kRouteFusedMaxTokens takes the one-block kernel, above it the two kernels
-  for (const C& c : {C{128, 4, 1, true, false}, C{128, 4, 16, false, true}, C{128, 4, native::kRouteFusedMaxTokens, true, false},
+  // M up to kRouteFusedMaxTokens takes the one-block kernel (its grouping by one warp up to 32
+  // pairs: M K = 4, 8, 32, 32 with many shared experts; the per-expert scan above), above it the
+  // two kernels
+  for (const C& c : {C{128, 4, 1, true, false}, C{128, 4, 2, false, true}, C{128, 4, 8, true, false},
+                     C{33, 16, 2, false, true}, C{128, 4, 16, false, true},
+                     C{128, 4, native::kRouteFusedMaxTokens, true, false},
                      C{128, 4, native::kRouteFusedMaxTokens + 1, true, false}, C{200, 8, 9, false, false},
                      C{33, 16, 3, true, false}, C{256, 8, 64, false, true}}) {
     const int MK = c.M * c.K;
