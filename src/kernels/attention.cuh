@@ -345,21 +345,26 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
   float* o = p.out + (int64_t(t) * H + int64_t(g) * G) * D;
   const int i = c * nthreads + tid;  // this thread's output channel (h, d) = (i / D, i % D)
   // Latency is what this costs at decode. The chunk count n, the first 32 chunks' states of this
-  // warp's first kPreH heads and this thread's output values of the first kPre chunks are all
-  // loaded at once, before n is known: the workspace holds C chunks of every (t, g), so the loads
-  // up to C are in bounds, and the values of chunks n..C-1 (stale) are never used.
+  // warp's first kPreH heads and, in launches of up to kPreRows rows, this thread's output values
+  // of the first kPre chunks are all loaded at once, before n is known: the workspace holds C
+  // chunks of every (t, g), so the loads up to C are in bounds, and the values of chunks n..C-1
+  // (stale) are never used. Larger launches load the values after n (padding rows and short lists
+  // would otherwise read up to C G D floats each for nothing: 256 KB at C = 32, G = 16, D = 128).
   const int pos = p.positions[t];
   const int pn = p.part_n[int64_t(t) * KV + g];  // written for every row by split item 0
   float* wa = smem;                  // [G][C]
   float* wb = smem + G * C;          // [G][C]
   float* inv = smem + 2 * G * C;     // [G]
-  constexpr int kPre = 32, kPreH = 2;
+  constexpr int kPre = 32, kPreH = 2, kPreRows = 4;
   const bool mine = i < G * D;
+  const bool early = p.num_tokens <= kPreRows;  // uniform
   const int ho = mine ? i / D : 0, d_o = mine ? i % D : 0;
   const float* po = p.part_o + (base * G + ho) * D + d_o;  // chunk k at + k * G * D
   float pre[kPre];
+  if (early) {
 #pragma unroll
-  for (int j = 0; j < kPre; ++j) pre[j] = mine && j < C ? po[int64_t(j) * G * D] : 0.f;
+    for (int j = 0; j < kPre; ++j) pre[j] = mine && j < C ? po[int64_t(j) * G * D] : 0.f;
+  }
   float pre_m[kPreH], pre_l[kPreH];
 #pragma unroll
   for (int q = 0; q < kPreH; ++q) {
@@ -370,6 +375,10 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
     pre_l[q] = ok ? p.part_ml[r * 2 + 1] : 0.f;
   }
   const int n = pos < 0 ? 0 : pn;
+  if (!early) {
+#pragma unroll
+    for (int j = 0; j < kPre; ++j) pre[j] = mine && j < n ? po[int64_t(j) * G * D] : 0.f;
+  }
   for (int h = warp, q = 0; h < G; h += nwarps, ++q) {
     float Mprev = -INFINITY, L = 0.f;  // lane 0's running values
     for (int k0 = 0; k0 < n; k0 += 32) {

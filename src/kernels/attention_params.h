@@ -52,12 +52,14 @@ struct AttentionParams {
 M3_HOST_DEVICE constexpr int attention_split_smem_bytes(int group, int head_dim, int elem_bytes) {
   return group * head_dim * 4 + 2 * (2 * kAttnTile * (head_dim * elem_bytes + 16) + kAttnTile * 4);
 }
-// With topk_scores, the selection's scratch (indexer_topk_smem_bytes) lives in the two K/V buffers
-// (before the first tile is copied) and the selected list after them: when the scratch fits.
-M3_HOST_DEVICE inline bool attention_topk_fits(int head_dim, int elem_bytes, int max_q_blocks) {
-  return indexer_topk_smem_bytes(max_q_blocks) <= 2 * (2 * kAttnTile * (head_dim * elem_bytes + 16) + kAttnTile * 4);
-}
 M3_HOST_DEVICE constexpr int attention_topk_list_bytes(int topk) { return (topk * 4 + 15) / 16 * 16; }
+// With topk_scores, the selection's scratch (indexer_topk_smem_bytes) lives in the two K/V buffers
+// (before the first tile is copied) and the selected list after them: when the scratch fits there
+// and the item with its list stays within 48 KB (the plan falls back to the top-k op otherwise).
+M3_HOST_DEVICE inline bool attention_topk_fits(int group, int head_dim, int elem_bytes, int max_q_blocks, int topk) {
+  return indexer_topk_smem_bytes(max_q_blocks) <= 2 * (2 * kAttnTile * (head_dim * elem_bytes + 16) + kAttnTile * 4) &&
+         attention_split_smem_bytes(group, head_dim, elem_bytes) + attention_topk_list_bytes(topk) <= 48 * 1024;
+}
 constexpr int kAttnThreads = kAttnWarps * 32;
 constexpr int kAttnCombineThreads = 256;
 

@@ -260,22 +260,56 @@ void run_case(const AttnCase& c) {
     EXPECT_TRUE(r.ok) << "1-tile chunks: " << r.describe();
   }
 
-  // The split items selecting their blocks themselves from block scores whose top-k is in.sel (the
-  // local block forced, the others finite, the rest -inf or NaN: never kept; exact ties among
-  // the kept): bitwise the output of the given lists at every split count, and those lists (-1
+  // The split items selecting their blocks themselves from block scores whose top-k is in.sel:
+  // the local block forced whatever its score (finite, -inf or NaN); the other listed blocks finite
+  // with exact ties among them; where a list is full, the unlisted visible blocks finite and beaten
+  // (below the lowest kept score, or equal to it at a higher index: the tie at the cut-off), -inf
+  // or NaN; where it is not full, -inf or NaN only; blocks past the position huge (never read as
+  // candidates). Bitwise the output of the given lists at every split count, and those lists (-1
   // for padding rows) written to `selected` for every row.
   if (c.sparse) {
     const int mqb = (meta.max_context + c.bs - 1) / c.bs;
     std::vector<float> scores(size_t(T) * c.KV * size_t(mqb));
-    for (float& x : scores) x = rng.uniform_int(0, 1) ? -INFINITY : std::nanf("");
-    for (int t = 0; t < T; ++t)
+    auto never = [&] { return rng.uniform_int(0, 1) ? -INFINITY : std::nanf(""); };
+    for (float& x : scores) x = never();
+    size_t pruned = 0, cutoff_ties = 0;
+    for (int t = 0; t < T; ++t) {
+      const int pos = meta.positions[size_t(t)];
+      if (pos < 0) continue;
+      const int qb = pos / c.bs, nb = qb + 1;
       for (int g = 0; g < c.KV; ++g) {
         const int32_t* s = in.sel.data() + (size_t(t) * c.KV + g) * c.topk;
         float* row = scores.data() + (size_t(t) * c.KV + g) * size_t(mqb);
-        float prev = 1.5f;
-        for (int i = 0; i < c.topk && s[i] >= 0; ++i) row[s[i]] = prev = rng.uniform_int(0, 3) == 0 ? prev : rng.uniform(1.f, 2.f);
+        std::vector<char> listed(size_t(nb), 0);
+        int n = 0;
+        float prev = 1.5f, lo = INFINITY;
+        int lo_last = -1;  // the highest listed block (local aside) scoring lo
+        for (; n < c.topk && s[n] >= 0; ++n) {
+          listed[size_t(s[n])] = 1;
+          if (s[n] == qb) {  // forced
+            const int r = rng.uniform_int(0, 3);
+            row[qb] = r == 0 ? -INFINITY : r == 1 ? std::nanf("") : r == 2 ? 0.25f : 3.f;
+            continue;
+          }
+          row[s[n]] = prev = rng.uniform_int(0, 3) == 0 ? prev : rng.uniform(1.f, 2.f);
+          if (prev < lo) lo = prev, lo_last = -1;
+          if (prev == lo) lo_last = std::max(lo_last, int(s[n]));
+        }
+        const bool full = n == std::min(c.topk, nb);
+        for (int b = 0; b < nb; ++b) {
+          if (listed[size_t(b)]) continue;
+          if (!full || rng.uniform_int(0, 3) == 0) continue;  // stays -inf / NaN
+          ++pruned;
+          if (lo == INFINITY) row[b] = rng.uniform(-4.f, 4.f);  // only the forced block listed
+          else if (b > lo_last && rng.uniform_int(0, 1)) row[b] = lo, ++cutoff_ties;
+          else row[b] = lo - rng.uniform(0.001f, 0.9f);
+        }
+        for (int b = nb; b < mqb; ++b) row[b] = rng.uniform_int(0, 1) ? 1e30f : INFINITY;
       }
-    ASSERT_TRUE(kernels::attention_topk_fits(c.D, c.dt == DType::BF16 ? 2 : 1, mqb)) << mqb << " blocks";
+    }
+    std::printf("[own top-k] %zu visible unlisted blocks with finite scores, %zu of them tied with the cut-off\n",
+                pruned, cutoff_ties);
+    ASSERT_TRUE(kernels::attention_topk_fits(c.H / c.KV, c.D, c.dt == DType::BF16 ? 2 : 1, mqb, c.topk)) << mqb << " blocks";
     for (size_t i = 0; i < c.splits.size(); ++i) {
       std::vector<int32_t> written;
       const OwnTopk own{&scores, mqb, 1, &written};
