@@ -93,6 +93,26 @@ __device__ __forceinline__ void router_select_work(const RouterSelectParams& p, 
   }
 }
 
+// The lists' end, by one thread, after a routed entries over o pairs: the shared expert's entry
+// (slot E over rows MK .. MK + M) where it is a slot, the terminator, the count, and the separate
+// shared expert's one-entry list.
+__device__ __forceinline__ void moe_group_finish(const MoeGroupParams& p, int a, int o) {
+  const int MK = p.M * p.K;
+  if (p.shared_slot) {
+    p.entry_slot[a] = p.E;
+    p.entry_begin[a] = MK;
+    ++a;
+    o = MK + p.M;
+  }
+  p.entry_begin[a] = o;
+  *p.num_entries = a;
+  if (p.shared_separate) {
+    p.sh_slot[0] = 0;
+    p.sh_begin[0] = MK;
+    p.sh_begin[1] = MK + p.M;
+    *p.sh_num = 1;
+  }
+}
 
 // From the per-expert counts cnt[0..E): off[e] = the first pair of expert e, the entry list and the
 // shared expert's entries (warp 0 of the group: 32 experts per scan step). Synchronizes the group.
@@ -123,20 +143,7 @@ __device__ __forceinline__ void moe_group_entries(const MoeGroupParams& p, Group
     }
     if (lane == 0) {
       off[p.E] = o;
-      if (p.shared_slot) {
-        p.entry_slot[a] = p.E;
-        p.entry_begin[a] = MK;
-        ++a;
-        o = MK + p.M;
-      }
-      p.entry_begin[a] = o;
-      *p.num_entries = a;
-      if (p.shared_separate) {
-        p.sh_slot[0] = 0;
-        p.sh_begin[0] = MK;
-        p.sh_begin[1] = MK + p.M;
-        *p.sh_num = 1;
-      }
+      moe_group_finish(p, a, o);
     }
   }
   g.sync();
@@ -206,23 +213,7 @@ __device__ __forceinline__ void moe_group_small_work(const MoeGroupParams& p, Gr
       p.entry_slot[entry] = e;
       p.entry_begin[entry] = pos;
     }
-    if (lane == 0) {
-      int a = __popc(openers), o = __popc(valid);
-      if (p.shared_slot) {
-        p.entry_slot[a] = p.E;
-        p.entry_begin[a] = MK;
-        ++a;
-        o = MK + p.M;
-      }
-      p.entry_begin[a] = o;
-      *p.num_entries = a;
-      if (p.shared_separate) {
-        p.sh_slot[0] = 0;
-        p.sh_begin[0] = MK;
-        p.sh_begin[1] = MK + p.M;
-        *p.sh_num = 1;
-      }
-    }
+    if (lane == 0) moe_group_finish(p, __popc(openers), __popc(valid));
   }
   for (int t = g.tid; t < p.M; t += g.nthreads) p.pair_row[MK + t] = t;
 }
