@@ -8,6 +8,8 @@
 #      (default 1,4), paths native, mono and EXTRA (a mono variant, e.g. mono:fp8_whole=1; optional);
 #   4. NEW's decode step at each value of VAR (scripts/gpu-sweep.sh's step part: native and mono).
 #   scripts/gpu-change.sh NEW OLD VAR "V1 V2 ..." [EXTRA]
+# VAR "-": each value is itself a comma-separated list of assignments, for changes with several
+# switches: scripts/gpu-change.sh NEW OLD - "A=1,B=1 A=0,B=1 A=1,B=0"
 # NEW: a full pack (scripts/gpubin.sh pack .gpubin/NEW), OLD: a pack or its bin.tar.xz alone (run
 # with NEW's lib/). Logs under $OUT (default /tmp/gpu-change, tarred into logs.tgz); a summary last.
 set -u
@@ -26,6 +28,10 @@ export LD_LIBRARY_PATH="$L:${LD_LIBRARY_PATH:-}"
 sum="$OUT/summary.txt"
 : >"$sum"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$sum" 2>&1
+envs() {  # the assignments of value $1 (one per line)
+  if [ "$VAR" = - ]; then tr ',' '\n' <<<"$1"; else echo "$VAR=$1"; fi
+}
+tag() { tr -c 'A-Za-z0-9_=\n-' '_' <<<"$1"; }  # a value as a file name part
 step() {  # name, seconds, command...
   local name=$1 limit=$2 t0
   shift 2
@@ -36,9 +42,11 @@ step() {  # name, seconds, command...
 # 1. bits
 step bits-old 60 env M3_BITS_DUMP="$OUT/bits-old.bin" ".gpubin/$OLD/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
 for v in "${VALS[@]}"; do
-  step "bits-$v" 60 env "$VAR=$v" M3_BITS_DUMP="$OUT/bits-$v.bin" ".gpubin/$NEW/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
-  if cmp -s "$OUT/bits-old.bin" "$OUT/bits-$v.bin"; then echo "bits $VAR=$v: identical to $OLD" >>"$sum"
-  else echo "bits $VAR=$v: DIFFER from $OLD" >>"$sum"; fi
+  mapfile -t E < <(envs "$v")
+  t=$(tag "$v")
+  step "bits-$t" 60 env "${E[@]}" M3_BITS_DUMP="$OUT/bits-$t.bin" ".gpubin/$NEW/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
+  if cmp -s "$OUT/bits-old.bin" "$OUT/bits-$t.bin"; then echo "bits ${E[*]}: identical to $OLD" >>"$sum"
+  else echo "bits ${E[*]}: DIFFER from $OLD" >>"$sum"; fi
 done
 rm -f "$OUT"/bits-*.bin
 # 2. every GPU test
@@ -49,13 +57,15 @@ step ab "${AB_S:-200}" env OUT="$OUT/ab" LAYERS="${LAYERS:-60}" BATCH="${BATCH:-
 # 4. the switch's values, interleaved twice
 for r in 1 2; do
   for v in "${VALS[@]}"; do
-    step "sw-$v-$r" 100 env "$VAR=$v" ".gpubin/$NEW/m3mono" bench --tp-shard 4 --layers "${LAYERS:-60}" --context 8K \
+    mapfile -t E < <(envs "$v")
+    t=$(tag "$v")
+    step "sw-$t-$r" 100 env "${E[@]}" ".gpubin/$NEW/m3mono" bench --tp-shard 4 --layers "${LAYERS:-60}" --context 8K \
       --batch "${BATCH:-1,4}" --paths native,mono
-    grep -E "^decode" "$OUT/logs/sw-$v-$r.txt" | grep -v stream | awk -v r="$r" -v v="$VAR=$v" '{print "round", r, v, $2, $4, $5}' >>"$OUT/sw.txt"
+    grep -E "^decode" "$OUT/logs/sw-$t-$r.txt" | grep -v stream | awk -v r="$r" -v v="${E[*]}" '{print "round", r, v, $2, $4, $5}' >>"$OUT/sw.txt"
   done
 done
 echo "== summary"; cat "$sum"
 echo "== gpu-check"; tail -n 30 "$OUT/check/table.txt" 2>/dev/null
 echo "== ab (run binary batch path median_us)"; grep -E "^[12] " "$OUT/logs/ab.txt"
-echo "== $VAR"; cat "$OUT/sw.txt" 2>/dev/null
+echo "== the switches"; cat "$OUT/sw.txt" 2>/dev/null
 (cd "$OUT" && tar czf logs.tgz logs check ab 2>/dev/null && rm -rf logs)

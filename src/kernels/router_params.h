@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/gemv_params.h"
 #include "kernels/work.h"
 
 namespace m3::kernels {
@@ -41,6 +42,17 @@ struct MoeRouteParams {
   MoeGroupParams group;
 };
 
+// The router GEMV whose last item to finish routes (kernels/router_gemv_route.cuh; decode): the
+// GEMV's items as GemvOp runs them (one row an item, one token group of at most 4 tokens), each
+// adding 1 to `arrivals` when its logits are written; the item that brings it to the item count
+// resets it to 0 and runs the route (MoeRouteOp's work, the one-warp grouping) on the GEMV's
+// logits. The same logits and lists as the GEMV then the route op, one op less on the chain.
+struct RouterGemvRouteParams {
+  GemvParams gemv;
+  MoeRouteParams route;           // route.select.logits == gemv.y
+  int32_t* arrivals = nullptr;    // [1], 0 between launches
+};
+
 constexpr int kSelectWarps = 4;      // tokens per select item (one warp each)
 constexpr int kGroupThreads = 256;   // threads of the group (and fused route) item
 constexpr int kRouteFusedMaxTokens = 64;
@@ -61,6 +73,18 @@ M3_HOST_DEVICE inline WorkShape moe_group_shape(const MoeGroupParams& p) {
 }
 M3_HOST_DEVICE inline WorkShape moe_route_shape(const MoeRouteParams& p) {
   return {1, kGroupThreads, moe_group_smem_bytes(p.group.E) + p.group.M * p.group.K * 4};
+}
+// The GEMV's items and threads; shared memory for the larger of the two bodies.
+M3_HOST_DEVICE inline WorkShape router_gemv_route_shape(const RouterGemvRouteParams& p) {
+  const WorkShape g = gemv_shape(p.gemv), r = moe_route_shape(p.route);
+  return {g.items, g.threads, g.smem_bytes > r.smem_bytes ? g.smem_bytes : r.smem_bytes};
+}
+// Where the fusion applies: one row an item, one token group of at most 4 tokens, fp32
+// activations, F32 or BF16 weights, at most 32 pairs (the one-warp grouping).
+M3_HOST_DEVICE inline bool router_gemv_route_fits(const GemvParams& g, const MoeRouteParams& r) {
+  return g.rows == 1 && g.token_groups == 1 && g.mt <= 4 && g.M == r.select.M && g.xfmt == ActFmt::F32 &&
+         (g.wfmt == WeightFmt::F32 || g.wfmt == WeightFmt::BF16) && r.select.M * r.select.K <= 32 &&
+         r.select.logits == g.y && r.select.ld == g.ld_y;
 }
 
 }  // namespace m3::kernels

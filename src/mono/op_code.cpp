@@ -11,7 +11,9 @@ const char* op_code_name(OpCode c) {
       "rope_fp8_bf16",       "rope_bf16_fp8",       "rope_bf16_bf16",      "indexer_scores_fp8",  "indexer_scores_bf16", "indexer_topk",
       "attn_split_fp8_d64",  "attn_split_fp8_d128", "attn_split_bf16_d64", "attn_split_bf16_d128", "attn_combine",
       "gemv_f32_m1",         "gemv_f32_m2",         "gemv_f32_m4",         "gemv_bf16_m1",       "gemv_bf16_m2",
-      "gemv_bf16_m4",        "gemv_f32_m8",         "gemv_f32_m16",        "gemv_bf16_m8",       "gemv_bf16_m16",        "moe_route",           "moe_split",           "moe_wide_staged3",   "moe_wide_regs",
+      "gemv_bf16_m4",        "gemv_f32_m8",         "gemv_f32_m16",        "gemv_bf16_m8",       "gemv_bf16_m16",        "moe_route",
+      "router_route_f32_m1", "router_route_f32_m2", "router_route_f32_m4", "router_route_bf16_m1", "router_route_bf16_m2",
+      "router_route_bf16_m4", "moe_split",           "moe_wide_staged3",   "moe_wide_regs",
       "moe_combine"};
   static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpCode::Count), "one name per code");
   return c < OpCode::Count ? names[size_t(c)] : "?";
@@ -82,6 +84,14 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
       return f32 ? OpCode::GemvF32M16 : OpCode::GemvBf16M16;
     }
     case OpKind::MoeRoute: return OpCode::MoeRoute;
+    case OpKind::RouterGemvRoute: {
+      const auto& p = std::get<kernels::RouterGemvRouteParams>(op.params);
+      if (!kernels::router_gemv_route_fits(p.gemv, p.route) || (p.gemv.mt != 1 && p.gemv.mt != 2 && p.gemv.mt != 4))
+        return no(fmt::format("a fused router of {} tokens ({} per pass, {} rows per item)", p.gemv.M, p.gemv.mt,
+                              p.gemv.rows));
+      const int i = p.gemv.mt == 1 ? 0 : p.gemv.mt == 2 ? 1 : 2;
+      return OpCode(int(p.gemv.wfmt == WeightFmt::F32 ? OpCode::RouterRouteF32M1 : OpCode::RouterRouteBf16M1) + i);
+    }
     case OpKind::MoeSplit: return OpCode::MoeSplit;
     case OpKind::MoeMma: {
       const auto& p = std::get<kernels::MoeMmaParams>(op.params);

@@ -42,6 +42,12 @@ enum class OpCode : uint8_t {
   GemvBf16M8,
   GemvBf16M16,
   MoeRoute,
+  RouterRouteF32M1,  // the router GEMV whose last item routes (1 / 2 / 4 tokens; native RouterGemvRouteOp)
+  RouterRouteF32M2,
+  RouterRouteF32M4,
+  RouterRouteBf16M1,
+  RouterRouteBf16M2,
+  RouterRouteBf16M4,
   MoeSplit,
   MoeWideStaged3,
   MoeWideRegs,

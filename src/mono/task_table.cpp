@@ -63,6 +63,7 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
       // the latest route op before it that writes its entry list
       for (size_t j = i; j-- > 0;) {
         const auto* rp = std::get_if<kernels::MoeRouteParams>(&ops[j].params);
+        if (const auto* fp = std::get_if<kernels::RouterGemvRouteParams>(&ops[j].params)) rp = &fp->route;
         if (rp && rp->group.entry_slot == ep->entry_slot && rp->group.num_entries == ep->num_entries) {
           o.stage = 2;
           o.stage_wait = int32_t(j);
@@ -101,13 +102,18 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
   }
   if (why && why->size() > refused) return {};
   if (place.early)
-    for (size_t i = 2; i + 1 < t.ops.size(); ++i) {
+    for (size_t i = 1; i + 1 < t.ops.size(); ++i) {
       const auto* sp = std::get_if<kernels::MoeSplitParams>(&ops[i].params);
-      const auto* rp = std::get_if<kernels::GemvParams>(&ops[i - 2].params);
-      if (sp && rp && t.ops[i - 1].code == uint8_t(OpCode::MoeRoute) && rp->x == sp->x &&
-          std::holds_alternative<kernels::MoeMmaParams>(ops[i + 1].params)) {
+      if (!sp || !std::holds_alternative<kernels::MoeMmaParams>(ops[i + 1].params)) continue;
+      // router GEMV, route, split, gate/up; or the router GEMV that routes, split, gate/up
+      const auto* rp = i >= 2 ? std::get_if<kernels::GemvParams>(&ops[i - 2].params) : nullptr;
+      const auto* fp = std::get_if<kernels::RouterGemvRouteParams>(&ops[i - 1].params);
+      if (rp && t.ops[i - 1].code == uint8_t(OpCode::MoeRoute) && rp->x == sp->x) {
         t.ops[i].wait_op = t.ops[i - 2].wait_op;  // the router's input: the norm
         t.ops[i + 1].wait_op2 = int32_t(i - 1);   // gate/up: the split (wait_op) and the routing
+      } else if (fp && fp->gemv.x == sp->x) {
+        t.ops[i].wait_op = t.ops[i - 1].wait_op;  // the router's input: the norm
+        t.ops[i + 1].wait_op2 = int32_t(i - 1);   // gate/up: the split and the router that routes
       }
     }
   if (total > INT32_MAX) {

@@ -65,6 +65,9 @@ Activations::Activations(const ForwardModel& m, int max_tokens_, int logits_rows
       if (need <= kMaxAttnWorkspace) aws = std::max(aws, need);
     }
   attn_ws = DevBuf(std::max<size_t>(aws, 16));
+  route_arrivals = DevBuf(16);
+  reset_counters(nullptr);
+  M3_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   split_rows = int(std::min<int64_t>(T, kMmaDecodeRows));
   a_split = DevBuf(size_t(split_rows * H) * 4);
   o_split = DevBuf(size_t(split_rows * s.q_dim()) * 4);
@@ -74,6 +77,10 @@ Activations::Activations(const ForwardModel& m, int max_tokens_, int logits_rows
     tp_gather = DevBuf(size_t(c->size()) * size_t(std::max<int64_t>(tp_chunk, int64_t(logits_rows) * vr)) * 4);
     logits_local = DevBuf(size_t(logits_rows) * size_t(vr) * 4);
   }
+}
+
+void Activations::reset_counters(cudaStream_t stream) const {
+  M3_CUDA_CHECK(cudaMemsetAsync(route_arrivals.get(), 0, route_arrivals.bytes(), stream));
 }
 
 }  // namespace m3::native

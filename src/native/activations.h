@@ -28,6 +28,10 @@ struct Activations {
   DevBuf moe_ws;        // the MoE workspace of T rows (native/moe.h)
   DevBuf idx_ws, sel;   // indexer block scores; selected blocks [T][kv_heads][topk]
   DevBuf attn_ws;       // attention chunk states (the multi-block mode)
+  // [1] int32: the fused router GEMV's arrivals (kernels/router_gemv_route.cuh), 0 between launches;
+  // reset_counters() zeroes it again after a step that may have stopped inside that op (a mono fault)
+  DevBuf route_arrivals;
+  void reset_counters(cudaStream_t stream) const;
   // a and o split into bf16 hi / lo by their producers for the FP8 decode tiles that read them (the
   // qkv and O projections; kernels/act_split.cuh: [split_rows][2 hidden], [split_rows][2 q_dim]
   // bf16), for plans of up to split_rows = min(max_tokens, kMmaDecodeRows) rows

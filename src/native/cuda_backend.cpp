@@ -231,6 +231,7 @@ class CudaBackendImpl final : public CudaBackend {
         dispatcher_.count_failure(choice.name, "fault");
         out.path = "native";
         out.fallback_reason = choice.name + ":fault";
+        fw_.act().reset_counters(stream_);  // the runner may have stopped inside the fused router op
         run(int(dispatcher_.path_names().size()) - 1, nullptr);
       }
     }

@@ -59,6 +59,8 @@ bool set_norm_in(std::vector<OpCall>& ops, const float* a, const kernels::NormIn
   for (OpCall& op : ops) {
     if (auto* g = std::get_if<kernels::GemvParams>(&op.params)) {
       if (g->x == a) g->nin = nin;
+    } else if (auto* rg = std::get_if<kernels::RouterGemvRouteParams>(&op.params)) {
+      if (rg->gemv.x == a) rg->gemv.nin = nin;
     } else if (auto* mm = std::get_if<kernels::MmaLinearParams>(&op.params)) {
       if (mm->x == a) mm->nin = nin;
     } else if (auto* sp = std::get_if<kernels::MoeSplitParams>(&op.params)) {
@@ -253,7 +255,7 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     if (s.moe(l)) {
       std::vector<OpCall> moe;
       add_moe_ops(moe, Lw.moe, act.a.get<float>(), H, T, act.f.get<float>(), H, act.moe_ws.get(), act.moe_ws.bytes(),
-                  l);
+                  l, act.route_arrivals.get<int32_t>());
       auto& op = std::get<kernels::MmaLinearParams>(o_proj.params);
       const bool post_fused = fuse && !op.deep && !op.swiglu && op.N == H && set_norm_in(moe, act.a.get<float>(), nin_ss);
       if (post_fused) op.nout = norm_out(Lw.norms.post);

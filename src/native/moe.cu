@@ -178,7 +178,7 @@ MoeWorkspace moe_workspace(const MoeWeights& w, int M, void* ws) {
 }
 
 void add_moe_ops(std::vector<OpCall>& ops, const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out,
-                 int64_t ld_out, void* ws, size_t ws_bytes, int layer) {
+                 int64_t ld_out, void* ws, size_t ws_bytes, int layer, int32_t* route_arrivals) {
   const int H = w.hidden(), I = w.inter();
   M3_CHECK(M > 0 && x && out && ld_x >= H && ld_x % 4 == 0 && ld_out >= H,
            "moe_forward: bad activations (M {}, ld {} / {}, H {})", M, ld_x, ld_out, H);
@@ -203,20 +203,24 @@ void add_moe_ops(std::vector<OpCall>& ops, const MoeWeights& w, const float* x, 
   const int MK = M * w.K;
   auto add = [&](OpKind kind, const char* name, OpParams p) { ops.push_back(OpCall{kind, "moe", name, layer, p}); };
 
-  // 1. router logits (fp32), 2. top-k + grouping
-  add(OpKind::Gemv, "router",
-      make_gemv_params(w.router.data, w.router.dtype, nullptr, w.router.ld, w.router.rows, w.router.cols,
-                       ActIn{x, DType::F32, ld_x}, M, F32(pl.logits), w.E, false, 0, 0));
+  // 1. router logits (fp32), 2. top-k + grouping (fused into 1 where it fits)
+  const auto rg = make_gemv_params(w.router.data, w.router.dtype, nullptr, w.router.ld, w.router.rows, w.router.cols,
+                                   ActIn{x, DType::F32, ld_x}, M, F32(pl.logits), w.E, false, 0, 0);
   MoeGroupBuffers gb{I32(pl.entry_slot), I32(pl.entry_begin), I32(pl.num), I32(pl.pair_row),
                      I32(pl.pos_of),     I32(pl.sh_slot),     I32(pl.sh_begin), I32(pl.sh_num)};
   const auto sp = make_router_select_params(F32(pl.logits), w.E, w.router_bias, w.E, w.K, M, w.routed_scale,
                                             I32(pl.ids), F32(pl.weights));
   const auto gp = make_moe_group_params(I32(pl.ids), M, w.K, w.E, w.shared_in_slot, sep, gb);
   if (M > kernels::kRouteFusedMaxTokens) {
+    add(OpKind::Gemv, "router", rg);
     add(OpKind::RouterSelect, "route", sp);
     add(OpKind::MoeGroup, "route", gp);
+  } else if (const auto rp = make_moe_route_params(sp, gp);
+             route_arrivals && router_gemv_route_enabled() && kernels::router_gemv_route_fits(rg, rp)) {
+    add(OpKind::RouterGemvRoute, "router", make_router_gemv_route_params(rg, rp, route_arrivals));
   } else {
-    add(OpKind::MoeRoute, "route", make_moe_route_params(sp, gp));
+    add(OpKind::Gemv, "router", rg);
+    add(OpKind::MoeRoute, "route", rp);
   }
 
   // 3. gate/up + SwiGLU per pair, 4. down per pair

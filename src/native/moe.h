@@ -64,8 +64,11 @@ MoeKernel moe_kernel();
 // (tensor cores: x = hi + lo), "gate_up" (routed, then the shared expert when it has its own
 // tensors), "down" (likewise), "combine". out[t, :] (t < M, ld_out) = FFN(x[t, :]); x fp32
 // [M][ld_x] (16-byte aligned rows); ws: moe_workspace_bytes(w, M) bytes. All checks happen here.
+// route_arrivals: an int32 counter at 0 (Activations::route_arrivals) lets a decode-sized plan fuse
+// the route into the router GEMV (router_gemv_route_enabled(), kernels::router_gemv_route_fits);
+// nullptr keeps the two ops.
 void add_moe_ops(std::vector<OpCall>& ops, const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out,
-                 int64_t ld_out, void* ws, size_t ws_bytes, int layer = -1);
+                 int64_t ld_out, void* ws, size_t ws_bytes, int layer = -1, int32_t* route_arrivals = nullptr);
 
 // add_moe_ops, then each launched (tests, benchmarks).
 void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,

@@ -36,6 +36,7 @@ enum class OpKind : uint8_t {
   RouterSelect,
   MoeGroup,
   MoeRoute,
+  RouterGemvRoute,  // the router GEMV whose last item routes (decode)
   MoeSplit,
   MoeMma,
   MoeGemv,
@@ -51,7 +52,7 @@ using OpParams =
                  kernels::QkNormRopeCacheParams, kernels::IndexerParams, kernels::AttentionParams,
                  kernels::RouterSelectParams, kernels::MoeGroupParams, kernels::MoeRouteParams,
                  kernels::MoeSplitParams, kernels::MoeMmaParams, kernels::MoeGemvParams, kernels::MoeCombineParams,
-                 kernels::GatherRowsParams, RankReduceParams, VocabGatherParams>;
+                 kernels::GatherRowsParams, RankReduceParams, VocabGatherParams, kernels::RouterGemvRouteParams>;
 
 struct OpCall {
   OpKind kind = OpKind::Embed;
@@ -100,6 +101,7 @@ decltype(auto) with_op_params(const OpCall& op, F&& f) {
     case OpKind::RouterSelect: return f(op_params<kernels::RouterSelectParams>(op));
     case OpKind::MoeGroup: return f(op_params<kernels::MoeGroupParams>(op));
     case OpKind::MoeRoute: return f(op_params<kernels::MoeRouteParams>(op));
+    case OpKind::RouterGemvRoute: return f(op_params<kernels::RouterGemvRouteParams>(op));
     case OpKind::MoeSplit: return f(op_params<kernels::MoeSplitParams>(op));
     case OpKind::MoeMma: return f(op_params<kernels::MoeMmaParams>(op));
     case OpKind::MoeGemv: return f(op_params<kernels::MoeGemvParams>(op));

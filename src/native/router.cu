@@ -2,11 +2,31 @@
 // 256-thread item over the whole batch), route = both in one item for decode-sized batches (one
 // launch and no round trip through a second kernel's start).
 #include "kernels/router.cuh"
+#include "kernels/router_gemv_route.cuh"
 #include "native/cuda_check.h"
+#include "native/env_switch.h"
 #include "native/launch.cuh"
 #include "native/router.h"
 
 namespace m3::native {
+
+namespace {
+EnvSwitch g_route_last("M3_ROUTE_LAST");
+}
+
+bool router_gemv_route_enabled() { return g_route_last.on(); }
+void set_router_gemv_route(int on) { g_route_last.set(on); }
+
+kernels::RouterGemvRouteParams make_router_gemv_route_params(const kernels::GemvParams& gemv,
+                                                             const kernels::MoeRouteParams& route, int32_t* arrivals) {
+  M3_CHECK(arrivals, "router_gemv_route: no arrival counter");
+  M3_CHECK(kernels::router_gemv_route_fits(gemv, route),
+           "router_gemv_route: the router GEMV ({} rows per item, {} token groups of {}, {} tokens) and the route ({} "
+           "tokens x top {}, logits {}the GEMV's output) do not fuse",
+           gemv.rows, gemv.token_groups, gemv.mt, gemv.M, route.select.M, route.select.K,
+           route.select.logits == gemv.y ? "" : "not ");
+  return kernels::RouterGemvRouteParams{gemv, route, arrivals};
+}
 
 kernels::RouterSelectParams make_router_select_params(const float* logits, int64_t ld, const float* bias, int E, int K,
                                                       int M, float routed_scale, int32_t* ids, float* weights) {
@@ -66,6 +86,27 @@ void launch(const kernels::MoeGroupParams& p, cudaStream_t stream, const LaunchO
 }
 void launch(const kernels::MoeRouteParams& p, cudaStream_t stream, const LaunchOptions& opt) {
   launch_op<kernels::MoeRouteOp>(p, kernels::moe_route_shape(p), stream, "moe_route", opt);
+}
+
+void launch(const kernels::RouterGemvRouteParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  using namespace kernels;
+  const WorkShape sh = router_gemv_route_shape(p);
+  const bool f32 = p.gemv.wfmt == WeightFmt::F32;
+  switch (p.gemv.mt) {
+    case 1:
+      if (f32) launch_op<RouterGemvRouteOp<WeightFmt::F32, 1>>(p, sh, stream, "router_gemv_route", opt);
+      else launch_op<RouterGemvRouteOp<WeightFmt::BF16, 1>>(p, sh, stream, "router_gemv_route", opt);
+      return;
+    case 2:
+      if (f32) launch_op<RouterGemvRouteOp<WeightFmt::F32, 2>>(p, sh, stream, "router_gemv_route", opt);
+      else launch_op<RouterGemvRouteOp<WeightFmt::BF16, 2>>(p, sh, stream, "router_gemv_route", opt);
+      return;
+    case 4:
+      if (f32) launch_op<RouterGemvRouteOp<WeightFmt::F32, 4>>(p, sh, stream, "router_gemv_route", opt);
+      else launch_op<RouterGemvRouteOp<WeightFmt::BF16, 4>>(p, sh, stream, "router_gemv_route", opt);
+      return;
+    default: M3_FAIL("router_gemv_route: {} tokens a pass", p.gemv.mt);
+  }
 }
 
 void router_select(const float* logits, int64_t ld, const float* bias, int E, int K, int M, float routed_scale,

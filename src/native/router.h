@@ -32,9 +32,21 @@ kernels::MoeGroupParams make_moe_group_params(const int32_t* ids, int M, int K, 
 kernels::MoeRouteParams make_moe_route_params(const kernels::RouterSelectParams& select,
                                               const kernels::MoeGroupParams& group);
 
+// The router GEMV whose last item routes (kernels/router_gemv_route.cuh) where
+// router_gemv_route_enabled() and kernels::router_gemv_route_fits; arrivals: one int, 0 (the
+// backend's, zeroed once; the last item of each launch resets it).
+kernels::RouterGemvRouteParams make_router_gemv_route_params(const kernels::GemvParams& gemv,
+                                                             const kernels::MoeRouteParams& route, int32_t* arrivals);
+// Whether decode-sized MoE plans fuse the route into the router GEMV: on unless M3_ROUTE_LAST=0
+// (the same bits either way). set_router_gemv_route overrides it for the plans built from now on
+// (0 off, 1 on, -1 back to the environment's).
+bool router_gemv_route_enabled();
+void set_router_gemv_route(int on);
+
 void launch(const kernels::RouterSelectParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 void launch(const kernels::MoeGroupParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 void launch(const kernels::MoeRouteParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch(const kernels::RouterGemvRouteParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 
 // make + launch: select; group; route (select + group: fused for M <= kRouteFusedMaxTokens, else
 // the two).

@@ -61,6 +61,9 @@ void StepTraceRecorder::after(const OpCall& op, cudaStream_t s) {
     }
     case OpKind::RouterSelect: record_experts(std::get<kernels::RouterSelectParams>(op.params), op.layer, s); break;
     case OpKind::MoeRoute: record_experts(std::get<kernels::MoeRouteParams>(op.params).select, op.layer, s); break;
+    case OpKind::RouterGemvRoute:
+      record_experts(std::get<kernels::RouterGemvRouteParams>(op.params).route.select, op.layer, s);
+      break;
     default: break;
   }
 }

@@ -537,7 +537,9 @@ TEST(MonoTaskTable, StagedProjectionsHoldTheirTile) {
 
 // A MoE layer's ops as the decode plan lays them out (post norm, router GEMV, routing, split,
 // gate/up, down, combine), with their buffers shared the way the plan shares them.
-std::vector<native::OpCall> moe_layer_ops(int layer, int M, std::vector<std::vector<uint8_t>>& bufs) {
+// fused: the router GEMV that routes (one op) instead of the GEMV and the route.
+std::vector<native::OpCall> moe_layer_ops(int layer, int M, std::vector<std::vector<uint8_t>>& bufs,
+                                          bool fused = false) {
   auto buf = [&](size_t bytes) {
     bufs.emplace_back(bytes);
     return bufs.back().data();
@@ -567,12 +569,24 @@ std::vector<native::OpCall> moe_layer_ops(int layer, int M, std::vector<std::vec
   gp.M = M;
   gp.wfmt = kernels::WeightFmt::F32;
   gp.rows = 1;  // as make_gemv_params picks for a router of a few rows
-  add(native::OpKind::Gemv, "router", gp);
+  gp.mt = M <= 1 ? 1 : M <= 2 ? 2 : 4;
+  gp.y = reinterpret_cast<float*>(buf(1024));
+  gp.ld_y = 16;
   kernels::MoeRouteParams rp;
   rp.select.M = M;
+  rp.select.K = 4;
+  rp.select.logits = gp.y;
+  rp.select.ld = gp.ld_y;
   rp.group.entry_slot = slot;
   rp.group.num_entries = num;
-  add(native::OpKind::MoeRoute, "route", rp);
+  if (fused) {
+    kernels::RouterGemvRouteParams fp{gp, rp, reinterpret_cast<int32_t*>(buf(16))};
+    EXPECT_TRUE(kernels::router_gemv_route_fits(fp.gemv, fp.route));
+    add(native::OpKind::RouterGemvRoute, "router", fp);
+  } else {
+    add(native::OpKind::Gemv, "router", gp);
+    add(native::OpKind::MoeRoute, "route", rp);
+  }
   kernels::MoeSplitParams sp;
   sp.x = x;
   sp.K = 256;
@@ -599,18 +613,17 @@ std::vector<native::OpCall> moe_layer_ops(int layer, int M, std::vector<std::vec
   return ops;
 }
 
-// early: the split waits for the norm (its only input) instead of the routing, gate/up for the
-// split and the routing; a simulated run under the kernel's rule (both waits) never starts an op
-// before the ops it reads from, and never deadlocks. ring = false puts the staged-ring expert ops
-// on the register path with only their partials' shared memory. Without them the table is as it was.
-TEST(MonoTaskTable, EarlySplitAndRegisterPath) {
+// The same with the router GEMV that routes (one op before the split): the split waits for the
+// norm, gate/up for the split and the fused router.
+static void check_early_split(bool fused) {
+  SCOPED_TRACE(fused ? "fused router" : "router then route");
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   std::vector<std::vector<uint8_t>> bufs;
   std::vector<native::OpCall> ops;
   for (int l = 0; l < 3; ++l) {
-    auto v = moe_layer_ops(l, 1 + int(rng() % 4), bufs);
+    auto v = moe_layer_ops(l, 1 + int(rng() % 4), bufs, fused);
     ops.insert(ops.end(), v.begin(), v.end());
   }
   TablePlacement early;  // the defaults
@@ -619,18 +632,27 @@ TEST(MonoTaskTable, EarlySplitAndRegisterPath) {
   plain.ring = 1;
   EXPECT_TRUE(early.early);
   EXPECT_EQ(early.ring, 0);
-  const TaskTable base = build_task_table(ops, 16, 512, 96 * 1024, nullptr, plain);
+  std::vector<std::string> why;
+  const TaskTable base = build_task_table(ops, 16, 512, 96 * 1024, &why, plain);
+  ASSERT_TRUE(why.empty()) << why.front();
   const TaskTable t = build_task_table(ops, 16, 512, 96 * 1024, nullptr, early);
   ASSERT_EQ(t.ops.size(), ops.size());
   ASSERT_EQ(check_task_order(t), "");
-  const int per = 7;  // ops per layer
+  const int per = fused ? 6 : 7;  // ops per layer
+  const int ks = fused ? 2 : 3;   // the split's place in the layer; gate/up follows
+  const int back = fused ? 2 : 3; // the split's wait: the norm
   for (size_t i = 0; i < ops.size(); ++i) {
     const int k = int(i) % per;
     EXPECT_EQ(base.ops[i].wait_op, int(i) - 1);
     EXPECT_EQ(base.ops[i].wait_op2, -1);
-    EXPECT_EQ(t.ops[i].wait_op, k == 3 ? int(i) - 3 : int(i) - 1) << "op " << i;
-    EXPECT_EQ(t.ops[i].wait_op2, k == 4 ? int(i) - 2 : -1) << "op " << i;
-    if (k == 4 || k == 5) {
+    EXPECT_EQ(t.ops[i].wait_op, k == ks ? int(i) - back : int(i) - 1) << "op " << i;
+    EXPECT_EQ(t.ops[i].wait_op2, k == ks + 1 ? int(i) - 2 : -1) << "op " << i;
+    if (fused && k == 1) {
+      const int m = std::get<kernels::RouterGemvRouteParams>(ops[i].params).gemv.mt;
+      EXPECT_EQ(t.ops[i].code, uint8_t(m == 1 ? OpCode::RouterRouteF32M1 : m == 2 ? OpCode::RouterRouteF32M2
+                                                                                 : OpCode::RouterRouteF32M4));
+    }
+    if (k == ks + 1 || k == ks + 2) {
       EXPECT_EQ(base.ops[i].code, uint8_t(OpCode::MoeWideStaged3));
       EXPECT_EQ(t.ops[i].code, uint8_t(OpCode::MoeWideRegs));
       EXPECT_LT(t.ops[i].smem, base.ops[i].smem);
@@ -642,15 +664,15 @@ TEST(MonoTaskTable, EarlySplitAndRegisterPath) {
   // the ops each one reads from: the previous op, except split (the norm) and gate/up (split, route)
   auto inputs = [&](int i) {
     const int k = i % per;
-    if (k == 3) return std::vector<int>{i - 3};
-    if (k == 4) return std::vector<int>{i - 1, i - 2};
+    if (k == ks) return std::vector<int>{i - back};
+    if (k == ks + 1) return std::vector<int>{i - 1, i - 2};
     return i > 0 ? std::vector<int>{i - 1} : std::vector<int>{};
   };
   bool split_beside = false;  // some interleaving ran a split item before the routing ended
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<int64_t> done(t.ops.size(), 0);
     const int64_t ran = simulate(t, rng, [&](int op) {
-      if (op % per == 3 && done[size_t(op - 1)] < t.ops[size_t(op - 1)].items) split_beside = true;
+      if (op % per == ks && done[size_t(op - 1)] < t.ops[size_t(op - 1)].items) split_beside = true;
       ++done[size_t(op)];
       return inputs(op);
     });
@@ -659,8 +681,17 @@ TEST(MonoTaskTable, EarlySplitAndRegisterPath) {
   EXPECT_TRUE(split_beside) << "the split never ran beside the routing";
   // a second wait on a later op is caught
   TaskTable bad = t;
-  bad.ops[4].wait_op2 = 5;
+  bad.ops[size_t(ks + 1)].wait_op2 = ks + 2;
   EXPECT_NE(check_task_order(bad), "");
+}
+
+// early: the split waits for the norm (its only input) instead of the routing, gate/up for the
+// split and the routing; a simulated run under the kernel's rule (both waits) never starts an op
+// before the ops it reads from, and never deadlocks. ring = false puts the staged-ring expert ops
+// on the register path with only their partials' shared memory. Without them the table is as it was.
+TEST(MonoTaskTable, EarlySplitAndRegisterPath) {
+  check_early_split(false);
+  check_early_split(true);
 }
 
 // Placement: pinned, every op of a code runs its item w on the same CTA in every layer; with

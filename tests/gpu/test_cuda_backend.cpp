@@ -16,6 +16,7 @@
 #include "native/kv_cache.h"
 #include "native/layer_plan.h"
 #include "native/linear.h"
+#include "native/router.h"
 #include "test_cuda_backend_util.h"
 
 using namespace m3;
@@ -294,7 +295,8 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
   // the norms' prep half as ops in every plan (M3_FUSED_NORMS=0), instead of fused into the O
   // projection and the MoE combine in decode plans, and the projections splitting their fp32
   // activations themselves (M3_SPLIT_ACT=0) instead of reading them split by their producers: the
-  // same bits (kernels/fused_norm_params.h, kernels/act_split.cuh)
+  // same bits (kernels/fused_norm_params.h, kernels/act_split.cuh); and the top-k and the route as
+  // ops of their own (M3_FUSED_TOPK=0, M3_ROUTE_LAST=0)
   auto unfused = native::make_cuda_backend(m.pw, oe);
   for (auto* b : {graph.get(), eager.get(), shuf.get(), unfused.get()}) b->kv_cache().fill(0x7f, nullptr);
   M3_CUDA_CHECK(cudaDeviceSynchronize());
@@ -326,10 +328,12 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
     native::set_fused_norms(0);
     native::set_split_activations(0);
     native::set_fused_topk(0);
+    native::set_router_gemv_route(0);
     StepOutput u = unfused->step(b1);
     native::set_fused_norms(-1);
     native::set_split_activations(-1);
     native::set_fused_topk(-1);
+    native::set_router_gemv_route(-1);
     EXPECT_EQ(e.logits.size(), g.logits.size());
     EXPECT_EQ(e.logits.size(), s.logits.size());
     EXPECT_EQ(e.logits.size(), u.logits.size());

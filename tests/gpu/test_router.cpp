@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "native/linear.h"
 #include "native/router.h"
 #include "ref/moe.h"
 #include "test_gemv_util.h"
@@ -201,6 +202,107 @@ TEST(GpuRouter, FusedRouteEqualsSelectThenGroup) {
     for (int i = 0; i < MK; ++i) {
       ASSERT_TRUE(std::isfinite(wa[size_t(i)])) << "weight " << i;
       ASSERT_EQ(std::memcmp(&wa[size_t(i)], &wb[size_t(i)], 4), 0) << "weight " << i << " M " << c.M;
+    }
+  }
+}
+
+// The router GEMV whose last item routes (kernels/router_gemv_route.cuh) against the GEMV then the
+// route: bitwise the same logits, ids, weights and lists, at 1-4 tokens (1, 2, 4 per pass), F32
+// and BF16 weights, with and without the shared expert's slot, at most 32 pairs; the arrival
+// counter back at 0 after every launch, so five launches in a row (new activations each) agree.
+TEST(GpuRouter, RouterThatRoutesEqualsGemvThenRoute) {
+  const uint32_t seed = gpu_test_seed() + 17;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  struct C {
+    int E, K, M, H;
+    DType wt;
+    bool slot, sep;
+  };
+  for (const C& c : {C{128, 4, 1, 6144, DType::F32, true, false}, C{128, 4, 2, 6144, DType::BF16, false, true},
+                     C{128, 4, 3, 1000, DType::F32, false, false}, C{128, 4, 4, 6144, DType::F32, true, false},
+                     C{33, 8, 4, 520, DType::BF16, true, false}, C{64, 8, 4, 256, DType::F32, false, true}}) {
+    SCOPED_TRACE("E " + std::to_string(c.E) + " K " + std::to_string(c.K) + " M " + std::to_string(c.M) + " H " +
+                 std::to_string(c.H));
+    const int MK = c.M * c.K;
+    const int esz = c.wt == DType::F32 ? 4 : 2;
+    const int64_t ldw = (int64_t(c.H) * esz + 15) / 16 * 16;  // bytes
+    std::vector<uint8_t> w(size_t(c.E) * size_t(ldw), 0);
+    for (int e = 0; e < c.E; ++e)
+      for (int k = 0; k < c.H; ++k) {
+        const float v = nd(rng) * 0.05f;
+        if (c.wt == DType::F32) std::memcpy(&w[size_t(e) * ldw + size_t(k) * 4], &v, 4);
+        else {
+          const uint16_t h = f32_to_bf16(v);
+          std::memcpy(&w[size_t(e) * ldw + size_t(k) * 2], &h, 2);
+        }
+      }
+    std::vector<float> bias(size_t(c.E));
+    for (auto& b : bias) b = nd(rng) * 0.05f;
+    const int64_t ldx = (c.H + 3) / 4 * 4;
+    DevBuf<uint8_t> dw(w.size());
+    DevBuf<float> db(bias.size()), dx(size_t(c.M) * size_t(ldx));
+    dw.upload(w);
+    db.upload(bias);
+    DevBuf<int32_t> arrivals(4);
+    M3_CUDA_CHECK(cudaMemset(arrivals.p, 0, 16));
+    struct Out {
+      DevBuf<float> logits, w;
+      DevBuf<int32_t> ids, es, eb, ne, pr, po, ss, sb, sn;
+      Out(const C& c, int MK)
+          : logits(size_t(c.M) * size_t(c.E)), w(size_t(MK)), ids(size_t(MK)), es(size_t(c.E) + 1),
+            eb(size_t(c.E) + 2), ne(1), pr(size_t(MK + c.M)), po(size_t(MK)), ss(1), sb(2), sn(1) {}
+      native::MoeGroupBuffers gb() { return {es.p, eb.p, ne.p, pr.p, po.p, ss.p, sb.p, sn.p}; }
+      std::vector<DevBuf<int32_t>*> ints() { return {&ids, &es, &eb, &ne, &pr, &po, &ss, &sb, &sn}; }
+    };
+    Out a(c, MK), b(c, MK);
+    auto plan = [&](Out& o) {
+      const auto g = native::make_gemv_params(dw.p, c.wt, nullptr, ldw, c.E, c.H, native::ActIn{dx.p, DType::F32, ldx},
+                                              c.M, o.logits.p, c.E, false, 0, 0);
+      const auto sp = native::make_router_select_params(o.logits.p, c.E, db.p, c.E, c.K, c.M, 2.5f, o.ids.p, o.w.p);
+      const auto gp = native::make_moe_group_params(o.ids.p, c.M, c.K, c.E, c.slot, c.sep, o.gb());
+      return std::pair{g, native::make_moe_route_params(sp, gp)};
+    };
+    const auto [ga, ra] = plan(a);
+    const auto [gb, rb] = plan(b);
+    ASSERT_TRUE(kernels::router_gemv_route_fits(gb, rb)) << "rows " << gb.rows << " mt " << gb.mt;
+    const auto fused = native::make_router_gemv_route_params(gb, rb, arrivals.p);
+    for (int round = 0; round < 5; ++round) {
+      std::vector<float> x(size_t(c.M) * size_t(ldx), 0.f);
+      for (int t = 0; t < c.M; ++t)
+        for (int k = 0; k < c.H; ++k) x[size_t(t) * size_t(ldx) + size_t(k)] = nd(rng);
+      dx.upload(x);
+      // poisoned differently, so a value neither run wrote cannot compare equal
+      for (auto* o : a.ints()) M3_CUDA_CHECK(cudaMemset(o->p, 0xff, o->n * 4));
+      for (auto* o : b.ints()) M3_CUDA_CHECK(cudaMemset(o->p, 0xfe, o->n * 4));
+      a.w.poison();
+      a.logits.poison();
+      M3_CUDA_CHECK(cudaMemset(b.w.p, 0x7f, b.w.n * 4));
+      M3_CUDA_CHECK(cudaMemset(b.logits.p, 0x7f, b.logits.n * 4));
+      native::launch(ga, nullptr);
+      native::launch(ra, nullptr);
+      native::launch(fused, nullptr);
+      M3_CUDA_CHECK(cudaDeviceSynchronize());
+      ASSERT_EQ(arrivals.download()[0], 0) << "round " << round << ": the arrival counter was not reset";
+      const auto la = a.logits.download(), lb = b.logits.download();
+      for (size_t i = 0; i < la.size(); ++i)
+        ASSERT_EQ(std::memcmp(&la[i], &lb[i], 4), 0) << "round " << round << " logit " << i << ": " << la[i] << " vs " << lb[i];
+      const int entries = a.ne.download()[0];
+      ASSERT_GT(entries, 0);
+      const char* names[] = {"ids", "entry_slot", "entry_begin", "num_entries", "pair_row", "pos_of", "sh_slot", "sh_begin", "sh_num"};
+      const size_t used[] = {size_t(MK), size_t(entries), size_t(entries) + 1, 1, size_t(MK + c.M), size_t(MK),
+                             c.sep ? 1u : 0u, c.sep ? 2u : 0u, c.sep ? 1u : 0u};
+      auto ai = a.ints(), bi = b.ints();
+      for (size_t k = 0; k < ai.size(); ++k) {
+        const auto x1 = ai[k]->download(), y1 = bi[k]->download();
+        for (size_t i = 0; i < used[k]; ++i) ASSERT_EQ(x1[i], y1[i]) << "round " << round << " " << names[k] << "[" << i << "]";
+      }
+      const auto wa = a.w.download(), wb = b.w.download();
+      for (int i = 0; i < MK; ++i) {
+        ASSERT_TRUE(std::isfinite(wa[size_t(i)])) << "weight " << i;
+        ASSERT_EQ(std::memcmp(&wa[size_t(i)], &wb[size_t(i)], 4), 0) << "round " << round << " weight " << i;
+      }
     }
   }
 }

@@ -59,6 +59,7 @@ class Observer final : public native::PlanObserver {
     const kernels::RouterSelectParams* sp = nullptr;
     if (op.kind == native::OpKind::MoeRoute) sp = &std::get<kernels::MoeRouteParams>(op.params).select;
     if (op.kind == native::OpKind::RouterSelect) sp = &std::get<kernels::RouterSelectParams>(op.params);
+    if (op.kind == native::OpKind::RouterGemvRoute) sp = &std::get<kernels::RouterGemvRouteParams>(op.params).route.select;
     if (!sp) return;
     M3_CHECK(int64_t(sp->M) * sp->K <= stride_, "bench native: {} x {} routed ids exceed the buffer's {}", sp->M, sp->K,
              stride_);
