@@ -2,7 +2,8 @@
 # One device call for a kernel change that must keep the bits: a new build against the build
 # before it, and the change's own switch, in one run (each step under its own time limit, so a
 # slow step cannot cost the later ones' results):
-#   1. GpuBitsDump of OLD and of NEW at every value of VAR: every logit bitwise OLD's;
+#   1. GpuBitsDump of OLD (twice: reproducible) and of NEW at every value of VAR: every logit
+#      bitwise OLD's (where not, scripts/bits-diff.py names the first steps that differ);
 #   2. scripts/gpu-check.sh NEW (every GPU test, conformance, generate);
 #   3. scripts/ab-bench.sh: OLD (as base) and NEW interleaved, LAYERS (default 60) at BATCH
 #      (default 1,4), paths native, mono and EXTRA (a mono variant, e.g. mono:fp8_whole=1; optional);
@@ -41,14 +42,21 @@ step() {  # name, seconds, command...
 }
 # 1. bits
 step bits-old 60 env M3_BITS_DUMP="$OUT/bits-old.bin" ".gpubin/$OLD/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
+# the old build against itself: the dump must be reproducible for the comparisons to mean anything
+step bits-old2 60 env M3_BITS_DUMP="$OUT/bits-old2.bin" ".gpubin/$OLD/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
+if cmp -s "$OUT/bits-old.bin" "$OUT/bits-old2.bin"; then echo "bits: $OLD reproduces its own dump" >>"$sum"
+else echo "bits: $OLD does NOT reproduce its own dump" >>"$sum"; fi
 for v in "${VALS[@]}"; do
   mapfile -t E < <(envs "$v")
   t=$(tag "$v")
   step "bits-$t" 60 env "${E[@]}" M3_BITS_DUMP="$OUT/bits-$t.bin" ".gpubin/$NEW/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
   if cmp -s "$OUT/bits-old.bin" "$OUT/bits-$t.bin"; then echo "bits ${E[*]}: identical to $OLD" >>"$sum"
-  else echo "bits ${E[*]}: DIFFER from $OLD" >>"$sum"; fi
+  else
+    echo "bits ${E[*]}: DIFFER from $OLD" >>"$sum"
+    python3 scripts/bits-diff.py "$OUT/bits-old.bin" "$OUT/bits-$t.bin" 2>&1 | sed 's/^/  /' >>"$sum"
+  fi
 done
-rm -f "$OUT"/bits-*.bin
+rm -f "$OUT"/bits-*.bin "$OUT"/bits-*.bin.idx
 # 2. every GPU test
 step check "${CHECK_S:-290}" env OUT="$OUT/check" GPU_CHECK_TIMEOUT=240 scripts/gpu-check.sh ".gpubin/$NEW"
 # 3. old against new, interleaved

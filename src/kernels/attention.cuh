@@ -334,7 +334,10 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
 // exact in any order) and the sequential L chain, then each thread folds its output channel over
 // the chunks: the chunk count, the first 32 chunks' states and values all loaded at once (one
 // round trip before any compute), later ones 16 at a time before their use.
-__device__ inline void attention_combine_work(const AttentionParams& p, int64_t w, Group grp, float* smem) {
+// kEarly (launches of up to kCombineEarlyRows rows): the values too are loaded before n is known.
+constexpr int kCombineEarlyRows = 4;
+template <bool kEarly>
+__device__ __forceinline__ void attention_combine_rows(const AttentionParams& p, int64_t w, Group grp, float* smem) {
   const int tid = grp.tid, nthreads = grp.nthreads;
   const int H = p.num_heads, KV = p.kv_heads, G = H / KV, D = p.head_dim, C = p.max_chunks;
   const int slices = attention_combine_chunks(G, D, nthreads);
@@ -345,23 +348,23 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
   float* o = p.out + (int64_t(t) * H + int64_t(g) * G) * D;
   const int i = c * nthreads + tid;  // this thread's output channel (h, d) = (i / D, i % D)
   // Latency is what this costs at decode. The chunk count n, the first 32 chunks' states of this
-  // warp's first kPreH heads and, in launches of up to kPreRows rows, this thread's output values
-  // of the first kPre chunks are all loaded at once, before n is known: the workspace holds C
-  // chunks of every (t, g), so the loads up to C are in bounds, and the values of chunks n..C-1
-  // (stale) are never used. Larger launches load the values after n (padding rows and short lists
-  // would otherwise read up to C G D floats each for nothing: 256 KB at C = 32, G = 16, D = 128).
+  // warp's first kPreH heads and (kEarly) this thread's output values of the first kPre chunks are
+  // all loaded at once, before n is known: the workspace holds C chunks of every (t, g), so the
+  // loads up to C are in bounds, and the values of chunks n..C-1 (stale) are never used. Larger
+  // launches load the values after n (padding rows and short lists would otherwise read up to
+  // C G D floats each for nothing: 256 KB at C = 32, G = 16, D = 128). One load site per copy:
+  // both in one function kept pre[] in local memory (ptxas: 256 B of spill stores).
   const int pos = p.positions[t];
   const int pn = p.part_n[int64_t(t) * KV + g];  // written for every row by split item 0
   float* wa = smem;                  // [G][C]
   float* wb = smem + G * C;          // [G][C]
   float* inv = smem + 2 * G * C;     // [G]
-  constexpr int kPre = 32, kPreH = 2, kPreRows = 4;
+  constexpr int kPre = 32, kPreH = 2;
   const bool mine = i < G * D;
-  const bool early = p.num_tokens <= kPreRows;  // uniform
   const int ho = mine ? i / D : 0, d_o = mine ? i % D : 0;
   const float* po = p.part_o + (base * G + ho) * D + d_o;  // chunk k at + k * G * D
   float pre[kPre];
-  if (early) {
+  if constexpr (kEarly) {
 #pragma unroll
     for (int j = 0; j < kPre; ++j) pre[j] = mine && j < C ? po[int64_t(j) * G * D] : 0.f;
   }
@@ -375,7 +378,7 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
     pre_l[q] = ok ? p.part_ml[r * 2 + 1] : 0.f;
   }
   const int n = pos < 0 ? 0 : pn;
-  if (!early) {
+  if constexpr (!kEarly) {
 #pragma unroll
     for (int j = 0; j < kPre; ++j) pre[j] = mine && j < n ? po[int64_t(j) * G * D] : 0.f;
   }
@@ -444,6 +447,11 @@ __device__ inline void attention_combine_work(const AttentionParams& p, int64_t 
   const float v = __fmul_rn(a, inv[h]);
   o[i] = v;
   if (p.out_split) store_split_element(p.out_split + 2 * int64_t(t) * H * D, g * G * D + i, v);
+}
+
+__device__ inline void attention_combine_work(const AttentionParams& p, int64_t w, Group grp, float* smem) {
+  if (p.num_tokens <= kCombineEarlyRows) attention_combine_rows<true>(p, w, grp, smem);
+  else attention_combine_rows<false>(p, w, grp, smem);
 }
 
 // ---- the ops (attention_params.h shapes) ----

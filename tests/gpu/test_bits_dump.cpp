@@ -5,11 +5,14 @@
 // prompt lengths 1 .. 700 prefilled in one chunked step, then 24 greedy decode steps whose batches
 // walk 1 .. 5 sequences (buckets 1, 2, 4, 8; graphs captured and replayed), and a mixed step (a
 // prefill chunk beside decodes). Uses only the backend's public API, so the same file builds
-// against older trees. Skipped without M3_BITS_DUMP.
+// against older trees. Skipped without M3_BITS_DUMP. Beside it, <file>.idx says which rows each
+// step wrote (preset, cache dtype, step, first row, rows, vocabulary), so scripts/bits-diff.py
+// can name the first step whose rows differ (an older tree's file has the same order).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "test_cuda_backend_util.h"
 
@@ -32,6 +35,8 @@ TEST(GpuBitsDump, Write) {
   if (!path || !*path) GTEST_SKIP() << "M3_BITS_DUMP not set";
   FILE* f = std::fopen(path, "wb");
   ASSERT_NE(f, nullptr) << path;
+  FILE* idx = std::fopen((std::string(path) + ".idx").c_str(), "w");
+  ASSERT_NE(idx, nullptr) << path << ".idx";
   uint64_t rows_written = 0;
   for (const char* preset : {"tiny", "real-heads"}) {
     const ModelSpec spec = synthetic_preset(preset);
@@ -60,8 +65,11 @@ TEST(GpuBitsDump, Write) {
         q.all_logits = s == 2;
         pre.seqs.push_back(q);
       }
+      int step_no = 0;  // 0 the prefill, 1 .. 24 the decodes, 25 the mixed step
       auto dump = [&](const StepOutput& out) {
         ASSERT_EQ(std::fwrite(out.logits.data(), 4, out.logits.size(), f), out.logits.size());
+        std::fprintf(idx, "%s %s %d %llu %zu %d\n", preset, kv == DType::BF16 ? "bf16" : "fp8", step_no++,
+                     (unsigned long long)rows_written, out.logits.size() / size_t(V), V);
         rows_written += out.logits.size() / size_t(V);
       };
       auto next = [&](const StepOutput& out, const StepBatch& b) {
@@ -107,5 +115,6 @@ TEST(GpuBitsDump, Write) {
     }
   }
   std::fclose(f);
+  std::fclose(idx);
   std::printf("BITS | %llu logits rows written to %s\n", (unsigned long long)rows_written, path);
 }

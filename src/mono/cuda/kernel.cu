@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstddef>
 
 #include "kernels/attention.cuh"
 #include "kernels/bulk_copy.cuh"
@@ -56,21 +55,6 @@ __device__ __noinline__ void run_body(int64_t item, Group g, uint8_t* smem) {
   Op::run(*reinterpret_cast<const typename Op::Params*>(params_s), item, g, smem);
 }
 
-// The router GEMV whose last item routes (RouterGemvRouteOp, the same steps): the GEMV's body (its
-// params lead RouterGemvRouteParams), the arrival, and the route in a body of its own.
-static_assert(offsetof(RouterGemvRouteParams, gemv) == 0, "the GEMV body reads the params' start");
-template <int kBuild>
-__device__ __noinline__ void run_route_last(Group g, uint8_t* smem) {
-  MoeRouteOp::run(reinterpret_cast<const RouterGemvRouteParams*>(params_s)->route, 0, g, smem);
-}
-template <WeightFmt W, int MT, int kBuild>
-__device__ __forceinline__ void run_router_route(int64_t item, Group g, uint8_t* smem) {
-  run_body<GemvOp<W, ActFmt::F32, MT, 1>, kBuild>(item, g, smem);  // ends with the group synced
-  const auto& p = *reinterpret_cast<const RouterGemvRouteParams*>(params_s);
-  if (arrive_last(p.arrivals, gemv_work_items(p.gemv.N, 1), g, reinterpret_cast<int32_t*>(smem)))
-    run_route_last<kBuild>(g, smem);
-}
-
 // kBuild (kernel.h, build_of): kBuildVerify adds the bodies only verify steps of more than 4 token
 // rows use (the 2 x 2 tile, the GEMV of 8 / 16 tokens); kBuildWhole the split decode tile's whole
 // walk (the option fp8_whole). Build 0, the decode kernel, leaves them out, so its code is what it
@@ -119,12 +103,12 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
     case OpCode::GemvBf16M2: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 2, 1>, kBuild>(item, g, smem);
     case OpCode::GemvBf16M4: return run_body<GemvOp<WeightFmt::BF16, ActFmt::F32, 4, 1>, kBuild>(item, g, smem);
     case OpCode::MoeRoute: return run_body<MoeRouteOp, kBuild>(item, g, smem);
-    case OpCode::RouterRouteF32M1: return run_router_route<WeightFmt::F32, 1, kBuild>(item, g, smem);
-    case OpCode::RouterRouteF32M2: return run_router_route<WeightFmt::F32, 2, kBuild>(item, g, smem);
-    case OpCode::RouterRouteF32M4: return run_router_route<WeightFmt::F32, 4, kBuild>(item, g, smem);
-    case OpCode::RouterRouteBf16M1: return run_router_route<WeightFmt::BF16, 1, kBuild>(item, g, smem);
-    case OpCode::RouterRouteBf16M2: return run_router_route<WeightFmt::BF16, 2, kBuild>(item, g, smem);
-    case OpCode::RouterRouteBf16M4: return run_router_route<WeightFmt::BF16, 4, kBuild>(item, g, smem);
+    case OpCode::RouterRouteF32M1: return run_body<RouterGemvRouteOp<WeightFmt::F32, 1>, kBuild>(item, g, smem);
+    case OpCode::RouterRouteF32M2: return run_body<RouterGemvRouteOp<WeightFmt::F32, 2>, kBuild>(item, g, smem);
+    case OpCode::RouterRouteF32M4: return run_body<RouterGemvRouteOp<WeightFmt::F32, 4>, kBuild>(item, g, smem);
+    case OpCode::RouterRouteBf16M1: return run_body<RouterGemvRouteOp<WeightFmt::BF16, 1>, kBuild>(item, g, smem);
+    case OpCode::RouterRouteBf16M2: return run_body<RouterGemvRouteOp<WeightFmt::BF16, 2>, kBuild>(item, g, smem);
+    case OpCode::RouterRouteBf16M4: return run_body<RouterGemvRouteOp<WeightFmt::BF16, 4>, kBuild>(item, g, smem);
     case OpCode::MoeSplit: return run_body<MoeSplitOp, kBuild>(item, g, smem);
     case OpCode::MoeWideStaged3: return run_body<MoeWideOp<3>, kBuild>(item, g, smem);
     case OpCode::MoeWideRegs: return run_body<MoeWideOp<0>, kBuild>(item, g, smem);
