@@ -141,6 +141,48 @@ TEST(GpuRouter, GroupIsAStableSortByExpert) {
   }
 }
 
+namespace {
+
+// The route's outputs of one run (ids, weights, lists), poisoned with its own byte so that a value
+// neither of two runs wrote cannot compare equal.
+struct RouteOut {
+  int E, K, M, MK;
+  bool sep;
+  DevBuf<int32_t> ids, es, eb, ne, pr, po, ss, sb, sn;
+  DevBuf<float> w;
+  RouteOut(int E_, int K_, int M_, bool sep_)
+      : E(E_), K(K_), M(M_), MK(M_ * K_), sep(sep_), ids(size_t(MK)), es(size_t(E) + 1), eb(size_t(E) + 2), ne(1),
+        pr(size_t(MK + M)), po(size_t(MK)), ss(1), sb(2), sn(1), w(size_t(MK)) {}
+  native::MoeGroupBuffers gb() { return {es.p, eb.p, ne.p, pr.p, po.p, ss.p, sb.p, sn.p}; }
+  std::vector<DevBuf<int32_t>*> ints() { return {&ids, &es, &eb, &ne, &pr, &po, &ss, &sb, &sn}; }
+  void poison(uint8_t byte) {
+    for (auto* x : ints()) M3_CUDA_CHECK(cudaMemset(x->p, byte, x->n * 4));
+    M3_CUDA_CHECK(cudaMemset(w.p, byte, w.n * 4));
+  }
+};
+
+// Everything both runs must have written, bitwise: ids, weights (finite), pair rows and positions,
+// the entries and their entries + 1 begins, the separate shared expert's list.
+void expect_same_route(RouteOut& a, RouteOut& b, const std::string& where) {
+  const int entries = a.ne.download()[0];
+  ASSERT_GT(entries, 0) << where;
+  const char* names[] = {"ids", "entry_slot", "entry_begin", "num_entries", "pair_row", "pos_of", "sh_slot", "sh_begin", "sh_num"};
+  const size_t used[] = {size_t(a.MK), size_t(entries), size_t(entries) + 1, 1, size_t(a.MK + a.M), size_t(a.MK),
+                         a.sep ? 1u : 0u, a.sep ? 2u : 0u, a.sep ? 1u : 0u};
+  auto ai = a.ints(), bi = b.ints();
+  for (size_t k = 0; k < ai.size(); ++k) {
+    const auto x = ai[k]->download(), y = bi[k]->download();
+    for (size_t i = 0; i < used[k]; ++i) ASSERT_EQ(x[i], y[i]) << names[k] << "[" << i << "] " << where;
+  }
+  const auto wa = a.w.download(), wb = b.w.download();
+  for (int i = 0; i < a.MK; ++i) {
+    ASSERT_TRUE(std::isfinite(wa[size_t(i)])) << "weight " << i << " " << where;
+    ASSERT_EQ(std::memcmp(&wa[size_t(i)], &wb[size_t(i)], 4), 0) << "weight " << i << " " << where;
+  }
+}
+
+}  // namespace
+
 TEST(GpuRouter, FusedRouteEqualsSelectThenGroup) {
   const uint32_t seed = gpu_test_seed() + 13;
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -158,7 +200,6 @@ TEST(GpuRouter, FusedRouteEqualsSelectThenGroup) {
                      C{128, 4, native::kRouteFusedMaxTokens, true, false},
                      C{128, 4, native::kRouteFusedMaxTokens + 1, true, false}, C{200, 8, 9, false, false},
                      C{33, 16, 3, true, false}, C{256, 8, 64, false, true}}) {
-    const int MK = c.M * c.K;
     const int64_t ld = c.E + 1;
     std::vector<float> logits(size_t(c.M) * size_t(ld)), bias(size_t(c.E));
     for (auto& v : logits) v = nd(rng) * 2.f;
@@ -166,43 +207,14 @@ TEST(GpuRouter, FusedRouteEqualsSelectThenGroup) {
     DevBuf<float> dl(logits.size()), db(bias.size());
     dl.upload(logits);
     db.upload(bias);
-    struct Out {
-      DevBuf<int32_t> ids, es, eb, ne, pr, po, ss, sb, sn;
-      DevBuf<float> w;
-      Out(const C& c, int MK)
-          : ids(size_t(MK)), es(size_t(c.E) + 1), eb(size_t(c.E) + 2), ne(1), pr(size_t(MK + c.M)), po(size_t(MK)),
-            ss(1), sb(2), sn(1), w(size_t(MK)) {}
-      native::MoeGroupBuffers gb() { return {es.p, eb.p, ne.p, pr.p, po.p, ss.p, sb.p, sn.p}; }
-      std::vector<DevBuf<int32_t>*> ints() { return {&ids, &es, &eb, &ne, &pr, &po, &ss, &sb, &sn}; }
-    };
-    Out a(c, MK), b(c, MK);
-    // poisoned differently, so a value neither run wrote cannot compare equal
-    for (auto* x : a.ints()) M3_CUDA_CHECK(cudaMemset(x->p, 0xff, x->n * 4));
-    for (auto* x : b.ints()) M3_CUDA_CHECK(cudaMemset(x->p, 0xfe, x->n * 4));
-    a.w.poison();
-    M3_CUDA_CHECK(cudaMemset(b.w.p, 0x7f, b.w.n * 4));
+    RouteOut a(c.E, c.K, c.M, c.sep), b(c.E, c.K, c.M, c.sep);
+    a.poison(0xff);
+    b.poison(0xfe);
     native::router_select(dl.p, ld, db.p, c.E, c.K, c.M, 2.5f, a.ids.p, a.w.p, nullptr);
     native::moe_group(a.ids.p, c.M, c.K, c.E, c.slot, c.sep, a.gb(), nullptr);
     native::moe_route(dl.p, ld, db.p, c.E, c.K, c.M, 2.5f, b.ids.p, b.w.p, c.slot, c.sep, b.gb(), nullptr);
     M3_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto na = a.ne.download();
-    const int entries = na[0];
-    ASSERT_GT(entries, 0);
-    // what both must have written: ids, weights, pair rows and positions, entries + 1 begins
-    const char* names[] = {"ids", "entry_slot", "entry_begin", "num_entries", "pair_row", "pos_of", "sh_slot", "sh_begin", "sh_num"};
-    const size_t used[] = {size_t(MK), size_t(entries), size_t(entries) + 1, 1, size_t(MK + c.M), size_t(MK),
-                           c.sep ? 1u : 0u, c.sep ? 2u : 0u, c.sep ? 1u : 0u};
-    auto ai = a.ints(), bi = b.ints();
-    for (size_t k = 0; k < ai.size(); ++k) {
-      const auto x = ai[k]->download(), y = bi[k]->download();
-      for (size_t i = 0; i < used[k]; ++i)
-        ASSERT_EQ(x[i], y[i]) << names[k] << "[" << i << "] E " << c.E << " K " << c.K << " M " << c.M;
-    }
-    const auto wa = a.w.download(), wb = b.w.download();
-    for (int i = 0; i < MK; ++i) {
-      ASSERT_TRUE(std::isfinite(wa[size_t(i)])) << "weight " << i;
-      ASSERT_EQ(std::memcmp(&wa[size_t(i)], &wb[size_t(i)], 4), 0) << "weight " << i << " M " << c.M;
-    }
+    expect_same_route(a, b, "E " + std::to_string(c.E) + " K " + std::to_string(c.K) + " M " + std::to_string(c.M));
   }
 }
 
@@ -225,7 +237,6 @@ TEST(GpuRouter, RouterThatRoutesEqualsGemvThenRoute) {
                      C{33, 8, 4, 520, DType::BF16, true, false}, C{64, 8, 4, 256, DType::F32, false, true}}) {
     SCOPED_TRACE("E " + std::to_string(c.E) + " K " + std::to_string(c.K) + " M " + std::to_string(c.M) + " H " +
                  std::to_string(c.H));
-    const int MK = c.M * c.K;
     const int esz = c.wt == DType::F32 ? 4 : 2;
     const int64_t ldw = (int64_t(c.H) * esz + 15) / 16 * 16;  // bytes
     std::vector<uint8_t> w(size_t(c.E) * size_t(ldw), 0);
@@ -247,25 +258,17 @@ TEST(GpuRouter, RouterThatRoutesEqualsGemvThenRoute) {
     db.upload(bias);
     DevBuf<int32_t> arrivals(4);
     M3_CUDA_CHECK(cudaMemset(arrivals.p, 0, 16));
-    struct Out {
-      DevBuf<float> logits, w;
-      DevBuf<int32_t> ids, es, eb, ne, pr, po, ss, sb, sn;
-      Out(const C& c, int MK)
-          : logits(size_t(c.M) * size_t(c.E)), w(size_t(MK)), ids(size_t(MK)), es(size_t(c.E) + 1),
-            eb(size_t(c.E) + 2), ne(1), pr(size_t(MK + c.M)), po(size_t(MK)), ss(1), sb(2), sn(1) {}
-      native::MoeGroupBuffers gb() { return {es.p, eb.p, ne.p, pr.p, po.p, ss.p, sb.p, sn.p}; }
-      std::vector<DevBuf<int32_t>*> ints() { return {&ids, &es, &eb, &ne, &pr, &po, &ss, &sb, &sn}; }
-    };
-    Out a(c, MK), b(c, MK);
-    auto plan = [&](Out& o) {
+    RouteOut a(c.E, c.K, c.M, c.sep), b(c.E, c.K, c.M, c.sep);
+    DevBuf<float> la_d(size_t(c.M) * size_t(c.E)), lb_d(size_t(c.M) * size_t(c.E));
+    auto plan = [&](RouteOut& o, DevBuf<float>& logits) {
       const auto g = native::make_gemv_params(dw.p, c.wt, nullptr, ldw, c.E, c.H, native::ActIn{dx.p, DType::F32, ldx},
-                                              c.M, o.logits.p, c.E, false, 0, 0);
-      const auto sp = native::make_router_select_params(o.logits.p, c.E, db.p, c.E, c.K, c.M, 2.5f, o.ids.p, o.w.p);
+                                              c.M, logits.p, c.E, false, 0, 0);
+      const auto sp = native::make_router_select_params(logits.p, c.E, db.p, c.E, c.K, c.M, 2.5f, o.ids.p, o.w.p);
       const auto gp = native::make_moe_group_params(o.ids.p, c.M, c.K, c.E, c.slot, c.sep, o.gb());
       return std::pair{g, native::make_moe_route_params(sp, gp)};
     };
-    const auto [ga, ra] = plan(a);
-    const auto [gb, rb] = plan(b);
+    const auto [ga, ra] = plan(a, la_d);
+    const auto [gb, rb] = plan(b, lb_d);
     ASSERT_TRUE(kernels::router_gemv_route_fits(gb, rb)) << "rows " << gb.rows << " mt " << gb.mt;
     const auto fused = native::make_router_gemv_route_params(gb, rb, arrivals.p);
     for (int round = 0; round < 5; ++round) {
@@ -273,36 +276,19 @@ TEST(GpuRouter, RouterThatRoutesEqualsGemvThenRoute) {
       for (int t = 0; t < c.M; ++t)
         for (int k = 0; k < c.H; ++k) x[size_t(t) * size_t(ldx) + size_t(k)] = nd(rng);
       dx.upload(x);
-      // poisoned differently, so a value neither run wrote cannot compare equal
-      for (auto* o : a.ints()) M3_CUDA_CHECK(cudaMemset(o->p, 0xff, o->n * 4));
-      for (auto* o : b.ints()) M3_CUDA_CHECK(cudaMemset(o->p, 0xfe, o->n * 4));
-      a.w.poison();
-      a.logits.poison();
-      M3_CUDA_CHECK(cudaMemset(b.w.p, 0x7f, b.w.n * 4));
-      M3_CUDA_CHECK(cudaMemset(b.logits.p, 0x7f, b.logits.n * 4));
+      a.poison(0xff);
+      b.poison(0xfe);
+      la_d.poison();
+      M3_CUDA_CHECK(cudaMemset(lb_d.p, 0x7f, lb_d.n * 4));
       native::launch(ga, nullptr);
       native::launch(ra, nullptr);
       native::launch(fused, nullptr);
       M3_CUDA_CHECK(cudaDeviceSynchronize());
       ASSERT_EQ(arrivals.download()[0], 0) << "round " << round << ": the arrival counter was not reset";
-      const auto la = a.logits.download(), lb = b.logits.download();
+      const auto la = la_d.download(), lb = lb_d.download();
       for (size_t i = 0; i < la.size(); ++i)
         ASSERT_EQ(std::memcmp(&la[i], &lb[i], 4), 0) << "round " << round << " logit " << i << ": " << la[i] << " vs " << lb[i];
-      const int entries = a.ne.download()[0];
-      ASSERT_GT(entries, 0);
-      const char* names[] = {"ids", "entry_slot", "entry_begin", "num_entries", "pair_row", "pos_of", "sh_slot", "sh_begin", "sh_num"};
-      const size_t used[] = {size_t(MK), size_t(entries), size_t(entries) + 1, 1, size_t(MK + c.M), size_t(MK),
-                             c.sep ? 1u : 0u, c.sep ? 2u : 0u, c.sep ? 1u : 0u};
-      auto ai = a.ints(), bi = b.ints();
-      for (size_t k = 0; k < ai.size(); ++k) {
-        const auto x1 = ai[k]->download(), y1 = bi[k]->download();
-        for (size_t i = 0; i < used[k]; ++i) ASSERT_EQ(x1[i], y1[i]) << "round " << round << " " << names[k] << "[" << i << "]";
-      }
-      const auto wa = a.w.download(), wb = b.w.download();
-      for (int i = 0; i < MK; ++i) {
-        ASSERT_TRUE(std::isfinite(wa[size_t(i)])) << "weight " << i;
-        ASSERT_EQ(std::memcmp(&wa[size_t(i)], &wb[size_t(i)], 4), 0) << "round " << round << " weight " << i;
-      }
+      expect_same_route(a, b, "round " + std::to_string(round));
     }
   }
 }
