@@ -7,7 +7,9 @@
 #   2. scripts/gpu-check.sh NEW (every GPU test, conformance, generate);
 #   3. scripts/ab-bench.sh: OLD (as base) and NEW interleaved, LAYERS (default 60) at BATCH
 #      (default 1,4), paths native, mono and EXTRA (a mono variant, e.g. mono:fp8_whole=1; optional);
-#   4. NEW's decode step at each value of VAR (scripts/gpu-sweep.sh's step part: native and mono).
+#   4. NEW's decode step at each value of VAR (scripts/gpu-sweep.sh's step part: native and mono),
+#      SW_ROUNDS rounds (default 2).
+# A short call: CHECK_FILTER=<gtest filter> runs only those GPU tests in step 2, SW_ROUNDS=0.
 #   scripts/gpu-change.sh NEW OLD VAR "V1 V2 ..." [EXTRA]
 # VAR "-": each value is itself a comma-separated list of assignments, for changes with several
 # switches: scripts/gpu-change.sh NEW OLD - "A=1,B=1 A=0,B=1 A=1,B=0"
@@ -57,13 +59,19 @@ for v in "${VALS[@]}"; do
   fi
 done
 rm -f "$OUT"/bits-*.bin "$OUT"/bits-*.bin.idx
-# 2. every GPU test
-step check "${CHECK_S:-290}" env OUT="$OUT/check" GPU_CHECK_TIMEOUT=240 scripts/gpu-check.sh ".gpubin/$NEW"
+# 2. every GPU test (CHECK_FILTER: only the GPU tests it names, a gtest filter, for a short call)
+if [ -n "${CHECK_FILTER:-}" ]; then
+  mkdir -p "$OUT/check"
+  step check "${CHECK_S:-290}" ".gpubin/$NEW/m3_tests_gpu" --gtest_filter="$CHECK_FILTER" --gtest_color=no
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$OUT/logs/check.txt" >"$OUT/check/table.txt"
+else
+  step check "${CHECK_S:-290}" env OUT="$OUT/check" GPU_CHECK_TIMEOUT=240 scripts/gpu-check.sh ".gpubin/$NEW"
+fi
 # 3. old against new, interleaved
 rm -rf .gpubin/base && cp -r ".gpubin/$OLD" .gpubin/base
 step ab "${AB_S:-200}" env OUT="$OUT/ab" LAYERS="${LAYERS:-60}" BATCH="${BATCH:-1,4}" scripts/ab-bench.sh "$NEW" $EXTRA
 # 4. the switch's values, interleaved twice
-for r in 1 2; do
+for r in $(seq 1 "${SW_ROUNDS:-2}"); do
   for v in "${VALS[@]}"; do
     mapfile -t E < <(envs "$v")
     t=$(tag "$v")
