@@ -22,16 +22,20 @@ def main():
         lo, hi = first * vocab * 4, (first + rows) * vocab * 4
         if a[lo:hi] == b[lo:hi]:
             continue
-        bad, worst = 0, 0.0
+        bad, missing, worst = 0, 0, 0.0
         for r in range(rows):
             ra, rb = a[lo + r * vocab * 4: lo + (r + 1) * vocab * 4], b[lo + r * vocab * 4: lo + (r + 1) * vocab * 4]
             if ra == rb:
                 continue
             bad += 1
+            if len(ra) != vocab * 4 or len(rb) != vocab * 4:  # past the end of a shorter file
+                missing += 1
+                continue
             fa, fb = struct.unpack(f"{vocab}f", ra), struct.unpack(f"{vocab}f", rb)
             m = max(abs(x) for x in fa) or 1.0
             worst = max(worst, max(abs(x - y) for x, y in zip(fa, fb)) / m)
-        print(f"{preset} {kv} step {step}: {bad} of {rows} rows differ, max |d| / max |old| {worst:.3g}")
+        gone = f" ({missing} past the end of a file)" if missing else ""
+        print(f"{preset} {kv} step {step}: {bad} of {rows} rows differ{gone}, max |d| / max |old| {worst:.3g}")
         shown += 1
         if shown >= 6:
             break
