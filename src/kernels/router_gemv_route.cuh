@@ -5,29 +5,11 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/arrival.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/router.cuh"
 
 namespace m3::kernels {
-
-// After the group's writes (ordered by a group barrier before the call): thread 0 adds 1 to
-// *arrivals (acquire-release, device scope: the writes of every item that arrived before are
-// visible to the last one) and, when it brought the count to `total`, resets it to 0 for the next
-// launch. Returns, to every thread of the group, whether this item arrived last. flag: one int of
-// shared memory the group is not using.
-__device__ __forceinline__ bool arrive_last(int32_t* arrivals, int total, Group g, int32_t* flag) {
-  if (g.tid == 0) {
-    int32_t prev;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(prev) : "l"(arrivals) : "memory");
-    const bool last = prev == total - 1;
-    if (last) *arrivals = 0;  // every item has arrived: nothing else touches it in this launch
-    *flag = last ? 1 : 0;
-  }
-  g.sync();
-  const bool last = *flag != 0;
-  g.sync();  // the flag's shared memory is the route's
-  return last;
-}
 
 template <WeightFmt W, int MT>
 struct RouterGemvRouteOp : OpBounds<kGemvThreads> {

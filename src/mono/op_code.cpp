@@ -14,7 +14,7 @@ const char* op_code_name(OpCode c) {
       "gemv_bf16_m4",        "gemv_f32_m8",         "gemv_f32_m16",        "gemv_bf16_m8",       "gemv_bf16_m16",        "moe_route",
       "router_route_f32_m1", "router_route_f32_m2", "router_route_f32_m4", "router_route_bf16_m1", "router_route_bf16_m2",
       "router_route_bf16_m4", "moe_split",           "moe_wide_staged3",   "moe_wide_regs",
-      "moe_combine"};
+      "moe_combine",         "mma_rope_split"};
   static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpCode::Count), "one name per code");
   return c < OpCode::Count ? names[size_t(c)] : "?";
 }
@@ -91,6 +91,11 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
                               p.gemv.rows));
       const int i = p.gemv.mt == 1 ? 0 : p.gemv.mt == 2 ? 1 : 2;
       return OpCode(int(p.gemv.wfmt == WeightFmt::F32 ? OpCode::RouterRouteF32M1 : OpCode::RouterRouteBf16M1) + i);
+    }
+    case OpKind::MmaRope: {
+      const auto& p = std::get<kernels::MmaRopeParams>(op.params);
+      if (!kernels::mma_rope_fits(p.mma, p.rope)) return no("a fused qkv projection outside the split decode tile");
+      return OpCode::MmaRopeSplit;
     }
     case OpKind::MoeSplit: return OpCode::MoeSplit;
     case OpKind::MoeMma: {

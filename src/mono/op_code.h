@@ -52,6 +52,9 @@ enum class OpCode : uint8_t {
   MoeWideStaged3,
   MoeWideRegs,
   MoeCombine,
+  // (appended: the placement's pin puts op codes 8 CTAs apart, so a code inserted above moves the
+  // CTAs of every code after it)
+  MmaRopeSplit,  // the split decode tile whose last item of each head ropes it (native MmaRopeOp)
   Count
 };
 

@@ -23,7 +23,7 @@
 
 namespace m3::mono {
 
-constexpr int kParamBytes = 320;  // the largest op params (static_assert in task_table.cpp)
+constexpr int kParamBytes = 400;  // the largest op params (MmaRopeParams; static_assert in task_table.cpp)
 
 struct alignas(16) MonoOp {
   uint8_t code = 0;          // OpCode

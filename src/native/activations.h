@@ -31,6 +31,9 @@ struct Activations {
   // [1] int32: the fused router GEMV's arrivals (kernels/router_gemv_route.cuh), 0 between launches;
   // reset_counters() zeroes it again after a step that may have stopped inside that op (a mono fault)
   DevBuf route_arrivals;
+  // [num_heads + 2 kv_heads + index_heads + 1] int32: the fused qkv projection's arrivals per
+  // vector (kernels/mma_rope.cuh), 0 between launches; reset_counters() zeroes them too
+  DevBuf rope_arrivals;
   void reset_counters(cudaStream_t stream) const;
   // a and o split into bf16 hi / lo by their producers for the FP8 decode tiles that read them (the
   // qkv and O projections; kernels/act_split.cuh: [split_rows][2 hidden], [split_rows][2 q_dim]

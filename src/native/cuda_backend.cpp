@@ -155,6 +155,12 @@ class CudaBackendImpl final : public CudaBackend {
   void set_block_score_trace(BlockScoreTrace* s) override { score_trace_ = s; }
   const Dispatcher& dispatcher() const override { return dispatcher_; }
   const ForwardModel& model() const override { return fw_.model(); }
+  void set_arrival_counters(uint8_t byte) override {
+    const Activations& a = fw_.act();
+    for (const DevBuf* b : {&a.route_arrivals, &a.rope_arrivals})
+      M3_CUDA_CHECK(cudaMemsetAsync(b->get(), byte, b->bytes(), stream_));
+    M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   void add_layer_range_runner(std::unique_ptr<LayerRangeRunner> runner) override {
     M3_CHECK(runner != nullptr, "cuda backend: no layer range runner");
@@ -231,7 +237,7 @@ class CudaBackendImpl final : public CudaBackend {
         dispatcher_.count_failure(choice.name, "fault");
         out.path = "native";
         out.fallback_reason = choice.name + ":fault";
-        fw_.act().reset_counters(stream_);  // the runner may have stopped inside the fused router op
+        fw_.act().reset_counters(stream_);  // the runner may have stopped inside a fused op (arrivals)
         run(int(dispatcher_.path_names().size()) - 1, nullptr);
       }
     }

@@ -96,6 +96,10 @@ class CudaBackend : public Backend {
   virtual const Dispatcher& dispatcher() const = 0;
   // The forward's model views (weights, caches, numerics constants): what a runner reads.
   virtual const ForwardModel& model() const = 0;
+  // Sets every byte of the fused ops' arrival counters (Activations::route_arrivals, rope_arrivals)
+  // to `byte`, as a kernel stopped inside one of those ops would leave them (tests: a step after a
+  // mono fault must not inherit them).
+  virtual void set_arrival_counters(uint8_t byte) = 0;
 };
 
 // The weights are shared (tests dequantize them for the CPU reference). Checks that the arena is

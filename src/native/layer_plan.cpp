@@ -9,6 +9,7 @@
 #include "native/env_switch.h"
 #include "native/indexer.h"
 #include "native/linear.h"
+#include "native/mma_rope.h"
 #include "native/moe.h"
 #include "native/norm.h"
 #include "native/qk_norm_rope.h"
@@ -202,7 +203,15 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     qa.q_out = act.q.get<float>();
     qa.iq_out = act.iq.get<float>();
     const KvLayerView cv = m.cache().layer(l);
-    add(OpKind::QkNormRopeCache, "rope_cache", "rope_cache", l, make_qk_norm_rope_params(qa, mv, cv));
+    const kernels::QkNormRopeCacheParams rp = make_qk_norm_rope_params(qa, mv, cv);
+    if (mma_rope_enabled() && kernels::mma_rope_fits(qkv, rp)) {
+      // the qkv items of each head rope it as the last one lands (one op less; kernels/mma_rope.cuh)
+      const kernels::MmaLinearParams mp = qkv;
+      ops.back() = OpCall{OpKind::MmaRope, "qkv", "qkv", l,
+                          make_mma_rope_params(mp, rp, act.rope_arrivals.get<int32_t>())};
+    } else {
+      add(OpKind::QkNormRopeCache, "rope_cache", "rope_cache", l, rp);
+    }
 
     int32_t* sel = nullptr;
     const float* topk_scores = nullptr;  // the split items select the blocks (fused_topk_enabled)

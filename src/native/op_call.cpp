@@ -7,6 +7,7 @@
 #include "native/gather_rows.h"
 #include "native/indexer.h"
 #include "native/linear.h"
+#include "native/mma_rope.h"
 #include "native/moe.h"
 #include "native/norm.h"
 #include "native/qk_norm_rope.h"

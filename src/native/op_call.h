@@ -14,6 +14,7 @@
 #include "kernels/indexer_params.h"
 #include "kernels/mma_params.h"
 #include "kernels/moe_params.h"
+#include "kernels/mma_rope_params.h"
 #include "kernels/qk_norm_rope_params.h"
 #include "kernels/rmsnorm_params.h"
 #include "kernels/router_params.h"
@@ -37,6 +38,7 @@ enum class OpKind : uint8_t {
   MoeGroup,
   MoeRoute,
   RouterGemvRoute,  // the router GEMV whose last item routes (decode)
+  MmaRope,          // the qkv projection whose last item of each head ropes it (decode)
   MoeSplit,
   MoeMma,
   MoeGemv,
@@ -52,7 +54,8 @@ using OpParams =
                  kernels::QkNormRopeCacheParams, kernels::IndexerParams, kernels::AttentionParams,
                  kernels::RouterSelectParams, kernels::MoeGroupParams, kernels::MoeRouteParams,
                  kernels::MoeSplitParams, kernels::MoeMmaParams, kernels::MoeGemvParams, kernels::MoeCombineParams,
-                 kernels::GatherRowsParams, RankReduceParams, VocabGatherParams, kernels::RouterGemvRouteParams>;
+                 kernels::GatherRowsParams, RankReduceParams, VocabGatherParams, kernels::RouterGemvRouteParams,
+                 kernels::MmaRopeParams>;
 
 struct OpCall {
   OpKind kind = OpKind::Embed;
@@ -102,6 +105,7 @@ decltype(auto) with_op_params(const OpCall& op, F&& f) {
     case OpKind::MoeGroup: return f(op_params<kernels::MoeGroupParams>(op));
     case OpKind::MoeRoute: return f(op_params<kernels::MoeRouteParams>(op));
     case OpKind::RouterGemvRoute: return f(op_params<kernels::RouterGemvRouteParams>(op));
+    case OpKind::MmaRope: return f(op_params<kernels::MmaRopeParams>(op));
     case OpKind::MoeSplit: return f(op_params<kernels::MoeSplitParams>(op));
     case OpKind::MoeMma: return f(op_params<kernels::MoeMmaParams>(op));
     case OpKind::MoeGemv: return f(op_params<kernels::MoeGemvParams>(op));

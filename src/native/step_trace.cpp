@@ -44,6 +44,7 @@ void StepTraceRecorder::set_pass(int live_rows, const std::vector<int32_t>* posi
 void StepTraceRecorder::after(const OpCall& op, cudaStream_t s) {
   switch (op.kind) {
     case OpKind::QkNormRopeCache:
+    case OpKind::MmaRope:
       if (sel_->record_cache) record_cache(op.layer, s);
       break;
     case OpKind::IndexerTopk: {

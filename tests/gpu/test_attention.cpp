@@ -109,9 +109,7 @@ std::vector<float> run_gpu(const AttnCase& c, const Scenario& sc, const Data& in
 void run_case(const AttnCase& c) {
   Rng rng;
   SCOPED_TRACE(::testing::Message() << c.name << " seed " << rng.seed);
-  int live = 0;
-  for (auto [s, n] : c.seqs) live += n;
-  Scenario sc = make_scenario(c.seqs, c.bs, live + c.pad, rng.gen);
+  Scenario sc = make_padded_scenario(c.seqs, c.bs, c.pad, rng.gen);
   const auto& meta = sc.meta;
   const int T = meta.num_tokens, G = c.H / c.KV;
 
@@ -330,7 +328,7 @@ void run_case(const AttnCase& c) {
   }
 
   // Same logical data in another block placement, same split count: bitwise equal.
-  Scenario sc2 = make_scenario(c.seqs, c.bs, live + c.pad, rng.gen, 5);
+  Scenario sc2 = make_scenario(c.seqs, c.bs, sc.meta.num_tokens, rng.gen, 5);
   int u2 = 0;
   auto out2 = run_gpu(c, sc2, in, c.splits[0], &u2);
   size_t diff = 0;

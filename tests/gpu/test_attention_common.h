@@ -102,6 +102,14 @@ inline Scenario make_scenario(const std::vector<std::pair<int, int>>& seqs, int 
   return s;
 }
 
+// The scenario of a test case's requests (seqs: (start_pos, num_new)) padded with `pad` rows.
+inline Scenario make_padded_scenario(const std::vector<std::pair<int, int>>& seqs, int block_size, int pad,
+                                     std::mt19937& gen) {
+  int live = 0;
+  for (auto [start, n] : seqs) live += n;
+  return make_scenario(seqs, block_size, live + pad, gen);
+}
+
 // Stored element codecs of the caches.
 inline size_t elem_bytes(DType t) { return t == DType::BF16 ? 2 : 1; }
 inline void encode_elem(DType t, float x, uint8_t* dst) {

@@ -16,6 +16,7 @@
 #include "native/kv_cache.h"
 #include "native/layer_plan.h"
 #include "native/linear.h"
+#include "native/mma_rope.h"
 #include "native/router.h"
 #include "test_cuda_backend_util.h"
 
@@ -296,7 +297,8 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
   // projection and the MoE combine in decode plans, and the projections splitting their fp32
   // activations themselves (M3_SPLIT_ACT=0) instead of reading them split by their producers: the
   // same bits (kernels/fused_norm_params.h, kernels/act_split.cuh); and the top-k and the route as
-  // ops of their own (M3_FUSED_TOPK=0, M3_ROUTE_LAST=0)
+  // ops of their own (M3_FUSED_TOPK=0, M3_ROUTE_LAST=0), and the rope after the qkv projection
+  // (M3_ROPE_LAST=0)
   auto unfused = native::make_cuda_backend(m.pw, oe);
   for (auto* b : {graph.get(), eager.get(), shuf.get(), unfused.get()}) b->kv_cache().fill(0x7f, nullptr);
   M3_CUDA_CHECK(cudaDeviceSynchronize());
@@ -322,18 +324,21 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
 
   int64_t compared = 0, differ_graph = 0, differ_shuf = 0, differ_unfused = 0, nonfinite = 0;
   auto run = [&](const StepBatch& b1, const StepBatch& b2) {
+    // every fusion on for the three (whatever the environment says), off for unfused
+    auto fusions = [](int on) {
+      native::set_fused_norms(on);
+      native::set_split_activations(on);
+      native::set_fused_topk(on);
+      native::set_router_gemv_route(on);
+      native::set_mma_rope(on);
+    };
+    fusions(1);
     StepOutput e = eager->step(b1);
     StepOutput g = graph->step(b1);
     StepOutput s = shuf->step(b2);
-    native::set_fused_norms(0);
-    native::set_split_activations(0);
-    native::set_fused_topk(0);
-    native::set_router_gemv_route(0);
+    fusions(0);
     StepOutput u = unfused->step(b1);
-    native::set_fused_norms(-1);
-    native::set_split_activations(-1);
-    native::set_fused_topk(-1);
-    native::set_router_gemv_route(-1);
+    fusions(-1);
     EXPECT_EQ(e.logits.size(), g.logits.size());
     EXPECT_EQ(e.logits.size(), s.logits.size());
     EXPECT_EQ(e.logits.size(), u.logits.size());

@@ -83,9 +83,7 @@ IndexRun run_gpu(const IndexCase& c, const Scenario& sc, const std::vector<std::
 void run_case(const IndexCase& c) {
   Rng rng;
   SCOPED_TRACE(::testing::Message() << c.name << " seed " << rng.seed);
-  int live = 0;
-  for (auto [s, n] : c.seqs) live += n;
-  Scenario sc = make_scenario(c.seqs, c.bs, live + c.pad, rng.gen);
+  Scenario sc = make_padded_scenario(c.seqs, c.bs, c.pad, rng.gen);
   const auto& meta = sc.meta;
   const int T = meta.num_tokens;
 
@@ -208,7 +206,7 @@ void run_case(const IndexCase& c) {
   };
 
   // Same logical keys in a different physical placement: bitwise the same results.
-  Scenario sc2 = make_scenario(c.seqs, c.bs, live + c.pad, rng.gen, 7);
+  Scenario sc2 = make_scenario(c.seqs, c.bs, sc.meta.num_tokens, rng.gen, 7);
   IndexRun g2 = run_gpu(c, sc2, keys, scale, iq);
   EXPECT_EQ(g2.selected, g.selected) << "selection depends on block placement";
   size_t mism = 0;

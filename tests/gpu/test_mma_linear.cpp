@@ -32,6 +32,7 @@
 #include "core/weight_tiles.h"
 #include "native/linear.h"
 #include "native/weight_tiles.h"
+#include "act_split_host.h"
 #include "norm_halves_host.h"
 #include "test_gemv_util.h"
 #include "test_mma_linear_dev.h"
@@ -520,26 +521,6 @@ TEST(GpuMmaLinear, TiledLayoutGivesTheSameBits) {
                                   native::LinearPath::Gemv),
                Error);
 }
-
-namespace {
-
-// The host's split of rows (kernels/act_split.cuh): hi = bf16_rn(x), lo = bf16_rn(x - hi), group q
-// of elements 4q .. 4q + 3 as {hi 4q .. hi 4q+3, lo 4q .. lo 4q+3}; [M][2 ld] bf16, bf16 NaNs at
-// and past K (the tile must not read them).
-std::vector<uint16_t> split_rows_host(const std::vector<float>& x, int M, int K, int64_t ld) {
-  std::vector<uint16_t> s(size_t(M) * size_t(2 * ld), uint16_t(0x7fc1));
-  for (int t = 0; t < M; ++t)
-    for (int k = 0; k < K; ++k) {
-      const float v = x[size_t(t) * ld + k];
-      const uint16_t h = f32_to_bf16(v);
-      uint16_t* q = &s[size_t(t) * 2 * ld + 8 * size_t(k / 4) + k % 4];
-      q[0] = h;
-      q[4] = f32_to_bf16(v - bf16_to_f32(h));
-    }
-  return s;
-}
-
-}  // namespace
 
 TEST(GpuMmaLinear, SplitActivationsGiveTheSameBits) {
   // The FP8 decode tile over activations its producer split (ActFmt::F32Split through

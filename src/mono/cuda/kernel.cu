@@ -9,6 +9,7 @@
 #include "kernels/gemv.cuh"
 #include "kernels/indexer.cuh"
 #include "kernels/mma_linear.cuh"
+#include "kernels/mma_rope.cuh"
 #include "kernels/mma_stream.cuh"
 #include "kernels/moe_mma.cuh"
 #include "kernels/moe_mxfp4.cuh"
@@ -113,6 +114,7 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
     case OpCode::MoeWideStaged3: return run_body<MoeWideOp<3>, kBuild>(item, g, smem);
     case OpCode::MoeWideRegs: return run_body<MoeWideOp<0>, kBuild>(item, g, smem);
     case OpCode::MoeCombine: return run_body<MoeCombineOp, kBuild>(item, g, smem);
+    case OpCode::MmaRopeSplit: return run_body<MmaRopeOp<kNormAny>, kBuild>(item, g, smem);
     default: __trap();
   }
 }
