@@ -158,8 +158,9 @@ __device__ __forceinline__ void moe_gemv_work(const MoeGemvParams& p, int work, 
 // no thread walks the row (a loop over the row would serialize its loads behind the stores).
 // With the fused norm (p.nout; H % 16 == 0) the sum goes into the residual stream instead of out:
 // a chunk's 16 channels are a half warp of the group.
-__device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int t, int c, Group g) {
-  const int h = c * g.nthreads + g.tid;
+// One channel h of token t (every lane of the half-warp calls it in the same step when p.nout is
+// set: lane % 16 == h % 16).
+__device__ __forceinline__ void moe_combine_element(const MoeCombineParams& p, int t, int h, int lane) {
   const bool live = h < p.H;
   if (!live && !p.nout.res) return;
   float acc = 0.f;
@@ -170,8 +171,11 @@ __device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int 
       acc = fmaf(p.topk_w[i], p.y[int64_t(p.pos_of[i]) * p.ld_y + h], acc);
     }
   }
-  if (p.nout.res) norm_out_element(p.nout, live, t, h, acc, g.lane());
+  if (p.nout.res) norm_out_element(p.nout, live, t, h, acc, lane);
   else p.out[int64_t(t) * p.ld_out + h] = acc;
+}
+__device__ __forceinline__ void moe_combine_work(const MoeCombineParams& p, int t, int c, Group g) {
+  moe_combine_element(p, t, c * g.nthreads + g.tid, g.lane());
 }
 
 // ---- the ops (moe_params.h shapes) ----

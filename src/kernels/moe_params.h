@@ -196,4 +196,24 @@ M3_HOST_DEVICE inline WorkShape moe_combine_shape(const MoeCombineParams& p) {
   return {ceil_div(p.H, kMoeCombineThreads) * p.M, kMoeCombineThreads, 0};
 }
 
+// The experts' down projection whose last item of each row tile combines that tile's rows
+// (kernels/moe_down_combine.cuh; decode): the wide down items as MoeWideOp runs them (one row tile
+// of 16 kMoeWideRT rows, one entry an item), each adding 1 to its row tile's arrival counter when its
+// outputs are written (or at once for an entry this step does not have); the item that brings a
+// tile's counter to max_entries resets it and runs the combine of the tile's rows for every token
+// (moe_combine_element, one warp a token). The same sums, one op less on the chain.
+struct MoeDownCombineParams {
+  MoeMmaParams down;        // down.y == combine.y
+  MoeCombineParams combine;
+  int32_t* arrivals = nullptr;  // [moe_row_tiles(down)], 0 between launches
+};
+constexpr int kMoeDownCombineMaxTokens = 8;
+// Where it applies: the wide walk over MXFP4 experts (registers or the staged ring), no SwiGLU, the
+// combine reading exactly the down outputs, up to kMoeDownCombineMaxTokens tokens.
+M3_HOST_DEVICE inline bool moe_down_combine_fits(const MoeMmaParams& d, const MoeCombineParams& c) {
+  return !d.deep && !d.fp8 && !d.swiglu && d.ys == nullptr && c.y == d.y && c.ld_y == d.ld_y && c.H == d.N &&
+         c.M >= 1 && c.M <= kMoeDownCombineMaxTokens && (c.nout.res == nullptr || c.H % 16 == 0);
+}
+M3_HOST_DEVICE inline WorkShape moe_down_combine_shape(const MoeDownCombineParams& p) { return moe_mma_shape(p.down); }
+
 }  // namespace m3::kernels

@@ -44,6 +44,8 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
       o.code = uint8_t(OpCode::MoeWideRegs);
       o.smem = (kernels::moe_wide_smem_bytes(ep->chains, 0) + 15) / 16 * 16;
     }
+    if (const auto* dp = std::get_if<kernels::MoeDownCombineParams>(&c.params))
+      o.smem = (kernels::moe_wide_smem_bytes(dp->down.chains, 0) + 15) / 16 * 16;  // the register path
     if (const auto* mp = std::get_if<kernels::MmaLinearParams>(&c.params);
         mp && (*code == OpCode::MmaDecodeFp8F32 || *code == OpCode::MmaStreamFp8F32)) {
       // the decode tile streamed or on the register walk, as the placement says (the same bits and

@@ -67,6 +67,7 @@ Activations::Activations(const ForwardModel& m, int max_tokens_, int logits_rows
   attn_ws = DevBuf(std::max<size_t>(aws, 16));
   route_arrivals = DevBuf(16);
   rope_arrivals = DevBuf(size_t(s.num_heads + 2 * s.num_kv_heads + s.index_heads + 1) * 4);
+  combine_arrivals = DevBuf(size_t((H + 31) / 32) * 4);
   reset_counters(nullptr);
   M3_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   split_rows = int(std::min<int64_t>(T, kMmaDecodeRows));
@@ -83,6 +84,7 @@ Activations::Activations(const ForwardModel& m, int max_tokens_, int logits_rows
 void Activations::reset_counters(cudaStream_t stream) const {
   M3_CUDA_CHECK(cudaMemsetAsync(route_arrivals.get(), 0, route_arrivals.bytes(), stream));
   M3_CUDA_CHECK(cudaMemsetAsync(rope_arrivals.get(), 0, rope_arrivals.bytes(), stream));
+  M3_CUDA_CHECK(cudaMemsetAsync(combine_arrivals.get(), 0, combine_arrivals.bytes(), stream));
 }
 
 }  // namespace m3::native

@@ -34,6 +34,9 @@ struct Activations {
   // [num_heads + 2 kv_heads + index_heads + 1] int32: the fused qkv projection's arrivals per
   // vector (kernels/mma_rope.cuh), 0 between launches; reset_counters() zeroes them too
   DevBuf rope_arrivals;
+  // [ceil(hidden / 32)] int32: the fused down projection's arrivals per row tile
+  // (kernels/moe_down_combine.cuh), 0 between launches; reset_counters() zeroes them too
+  DevBuf combine_arrivals;
   void reset_counters(cudaStream_t stream) const;
   // a and o split into bf16 hi / lo by their producers for the FP8 decode tiles that read them (the
   // qkv and O projections; kernels/act_split.cuh: [split_rows][2 hidden], [split_rows][2 q_dim]

@@ -157,7 +157,7 @@ class CudaBackendImpl final : public CudaBackend {
   const ForwardModel& model() const override { return fw_.model(); }
   void set_arrival_counters(uint8_t byte) override {
     const Activations& a = fw_.act();
-    for (const DevBuf* b : {&a.route_arrivals, &a.rope_arrivals})
+    for (const DevBuf* b : {&a.route_arrivals, &a.rope_arrivals, &a.combine_arrivals})
       M3_CUDA_CHECK(cudaMemsetAsync(b->get(), byte, b->bytes(), stream_));
     M3_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }

@@ -96,7 +96,8 @@ class CudaBackend : public Backend {
   virtual const Dispatcher& dispatcher() const = 0;
   // The forward's model views (weights, caches, numerics constants): what a runner reads.
   virtual const ForwardModel& model() const = 0;
-  // Sets every byte of the fused ops' arrival counters (Activations::route_arrivals, rope_arrivals)
+  // Sets every byte of the fused ops' arrival counters (Activations::route_arrivals, rope_arrivals,
+  // combine_arrivals)
   // to `byte`, as a kernel stopped inside one of those ops would leave them (tests: a step after a
   // mono fault must not inherit them).
   virtual void set_arrival_counters(uint8_t byte) = 0;

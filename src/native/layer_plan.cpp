@@ -283,6 +283,8 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
         a_split = split;
         in_fused = true;
       }
+      if (T <= kernels::kMoeDownCombineMaxTokens)
+        fuse_down_combine(moe, act.combine_arrivals.get<int32_t>(), int64_t(act.combine_arrivals.bytes() / 4));
       ops.insert(ops.end(), moe.begin(), moe.end());
       rank_reduce(l, "moe");
     } else {

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
+#include "kernels/moe_down_combine.cuh"
 #include "kernels/moe_mma.cuh"
 #include "kernels/moe_mxfp4.cuh"
 #include "native/cuda_check.h"
@@ -282,6 +284,28 @@ void add_moe_ops(std::vector<OpCall>& ops, const MoeWeights& w, const float* x, 
   add(OpKind::MoeCombine, "combine", cp);
 }
 
+namespace {
+EnvSwitch g_combine_last("M3_COMBINE_LAST");
+}
+bool moe_down_combine_enabled() { return g_combine_last.on(); }
+void set_moe_down_combine(int on) { g_combine_last.set(on); }
+
+bool fuse_down_combine(std::vector<OpCall>& ops, int32_t* arrivals, int64_t capacity) {
+  const size_t n = ops.size();
+  if (!arrivals || !moe_down_combine_enabled() || n < 3 || ops[n - 1].kind != OpKind::MoeCombine ||
+      ops[n - 2].kind != OpKind::MoeMma || std::string_view(ops[n - 2].name) != "down" ||
+      std::string_view(ops[n - 3].name) == "down")
+    return false;
+  const auto& d = std::get<kernels::MoeMmaParams>(ops[n - 2].params);
+  const auto& c = std::get<kernels::MoeCombineParams>(ops[n - 1].params);
+  if (!kernels::moe_down_combine_fits(d, c) || kernels::moe_row_tiles(d) > capacity) return false;
+  OpCall f{OpKind::MoeDownCombine, ops[n - 2].stage, "down", ops[n - 2].layer,
+           kernels::MoeDownCombineParams{d, c, arrivals}};
+  ops.pop_back();
+  ops.back() = f;
+  return true;
+}
+
 void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,
                  size_t ws_bytes, cudaStream_t stream) {
   std::vector<OpCall> ops;
@@ -343,6 +367,14 @@ void launch(const kernels::MoeGemvParams& p, cudaStream_t stream, const LaunchOp
 
 void launch(const kernels::MoeCombineParams& p, cudaStream_t stream, const LaunchOptions& opt) {
   launch_op<kernels::MoeCombineOp>(p, kernels::moe_combine_shape(p), stream, "moe_combine", opt);
+}
+
+void launch(const kernels::MoeDownCombineParams& p, cudaStream_t stream, const LaunchOptions& opt) {
+  const kernels::WorkShape sh = kernels::moe_down_combine_shape(p);
+  if (p.down.stages == kWideStages)
+    return launch_op<kernels::MoeDownCombineOp<kWideStages>>(p, sh, stream, "moe_down_combine", opt);
+  M3_CHECK(p.down.stages == 0, "moe_down_combine: {} stages (0 or {})", p.down.stages, kWideStages);
+  launch_op<kernels::MoeDownCombineOp<0>>(p, sh, stream, "moe_down_combine", opt);
 }
 
 }  // namespace m3::native

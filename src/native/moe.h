@@ -70,6 +70,17 @@ MoeKernel moe_kernel();
 void add_moe_ops(std::vector<OpCall>& ops, const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out,
                  int64_t ld_out, void* ws, size_t ws_bytes, int layer = -1, int32_t* route_arrivals = nullptr);
 
+// In a decode-sized plan (kernels::moe_down_combine_fits), the down op then the combine at the end of
+// a layer's MoE ops become one MoeDownCombine op (kernels/moe_down_combine.cuh) where
+// moe_down_combine_enabled() and the down op is the only one (no separate shared expert): true
+// when it did. arrivals: `capacity` int32 counters at 0 (Activations::combine_arrivals), one per row
+// tile of the down projection.
+bool fuse_down_combine(std::vector<OpCall>& ops, int32_t* arrivals, int64_t capacity);
+// On unless M3_COMBINE_LAST=0 (the same bits either way); set_moe_down_combine overrides it for the
+// plans built from now on (0 off, 1 on, -1 back to the environment's).
+bool moe_down_combine_enabled();
+void set_moe_down_combine(int on);
+
 // add_moe_ops, then each launched (tests, benchmarks).
 void moe_forward(const MoeWeights& w, const float* x, int64_t ld_x, int M, float* out, int64_t ld_out, void* ws,
                  size_t ws_bytes, cudaStream_t stream);
@@ -79,5 +90,6 @@ void launch(const kernels::MoeSplitParams& p, cudaStream_t stream, const LaunchO
 void launch(const kernels::MoeMmaParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 void launch(const kernels::MoeGemvParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 void launch(const kernels::MoeCombineParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
+void launch(const kernels::MoeDownCombineParams& p, cudaStream_t stream, const LaunchOptions& opt = {});
 
 }  // namespace m3::native

@@ -39,6 +39,7 @@ enum class OpKind : uint8_t {
   MoeRoute,
   RouterGemvRoute,  // the router GEMV whose last item routes (decode)
   MmaRope,          // the qkv projection whose last item of each head ropes it (decode)
+  MoeDownCombine,   // the experts' down projection whose last item of each row tile combines it (decode)
   MoeSplit,
   MoeMma,
   MoeGemv,
@@ -55,7 +56,7 @@ using OpParams =
                  kernels::RouterSelectParams, kernels::MoeGroupParams, kernels::MoeRouteParams,
                  kernels::MoeSplitParams, kernels::MoeMmaParams, kernels::MoeGemvParams, kernels::MoeCombineParams,
                  kernels::GatherRowsParams, RankReduceParams, VocabGatherParams, kernels::RouterGemvRouteParams,
-                 kernels::MmaRopeParams>;
+                 kernels::MmaRopeParams, kernels::MoeDownCombineParams>;
 
 struct OpCall {
   OpKind kind = OpKind::Embed;
@@ -106,6 +107,7 @@ decltype(auto) with_op_params(const OpCall& op, F&& f) {
     case OpKind::MoeRoute: return f(op_params<kernels::MoeRouteParams>(op));
     case OpKind::RouterGemvRoute: return f(op_params<kernels::RouterGemvRouteParams>(op));
     case OpKind::MmaRope: return f(op_params<kernels::MmaRopeParams>(op));
+    case OpKind::MoeDownCombine: return f(op_params<kernels::MoeDownCombineParams>(op));
     case OpKind::MoeSplit: return f(op_params<kernels::MoeSplitParams>(op));
     case OpKind::MoeMma: return f(op_params<kernels::MoeMmaParams>(op));
     case OpKind::MoeGemv: return f(op_params<kernels::MoeGemvParams>(op));

@@ -21,6 +21,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::MoeRoute: return "moe_route";
     case OpKind::RouterGemvRoute: return "router_gemv_route";
     case OpKind::MmaRope: return "mma_rope";
+    case OpKind::MoeDownCombine: return "moe_down_combine";
     case OpKind::MoeSplit: return "moe_split";
     case OpKind::MoeMma: return "moe_mma";
     case OpKind::MoeGemv: return "moe_gemv";
@@ -58,6 +59,7 @@ kernels::WorkShape op_shape(const OpCall& op) {
     else if constexpr (std::is_same_v<P, MoeRouteParams>) return moe_route_shape(p);
     else if constexpr (std::is_same_v<P, RouterGemvRouteParams>) return router_gemv_route_shape(p);
     else if constexpr (std::is_same_v<P, MmaRopeParams>) return mma_rope_shape(p);
+    else if constexpr (std::is_same_v<P, MoeDownCombineParams>) return moe_down_combine_shape(p);
     else if constexpr (std::is_same_v<P, MoeSplitParams>) return moe_split_shape(p);
     else if constexpr (std::is_same_v<P, MoeMmaParams>) return moe_mma_shape(p);
     else if constexpr (std::is_same_v<P, MoeGemvParams>) return moe_gemv_shape(p);

@@ -76,6 +76,69 @@ void upload_experts(const std::vector<MlpWeights>& mlps, ExpertStore& w13, Exper
   w2.scales.upload(s2);
 }
 
+// The down projection whose last item of each row tile combines it (kernels/moe_down_combine.cuh)
+// against the down op then the combine: the same op list but its last two ops fused
+// (native::fuse_down_combine, which must fuse exactly when the down op is the only one), bitwise the
+// same output rows (want: moe_forward's, ld_out) and, with the next layer's norm prep fused into
+// the combine (nout), the same residual rows, z and chunk sums; every row tile's counter back at 0.
+void expect_down_combine_same(const native::MoeWeights& w, const float* x, int64_t ldx, int M, int H, void* ws,
+                              size_t wsb, bool fusable, std::mt19937& rng, const std::vector<float>& want,
+                              int64_t ldo) {
+  std::normal_distribution<float> nd;
+  const int tiles = (H + 31) / 32;
+  DevBuf<int32_t> arrivals(static_cast<size_t>(tiles));
+  M3_CUDA_CHECK(cudaMemset(arrivals.p, 0, size_t(tiles) * 4));
+  std::vector<float> res0(size_t(M) * H);
+  for (auto& v : res0) v = nd(rng);
+  std::vector<uint16_t> nw(static_cast<size_t>(H));
+  for (auto& v : nw) v = f32_to_bf16(nd(rng) * 0.2f);
+  DevBuf<uint16_t> dnw(nw.size());
+  M3_CUDA_CHECK(cudaMemcpy(dnw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
+  for (const bool norm : {false, true}) {
+    if (norm && H % 16 != 0) continue;
+    SCOPED_TRACE(norm ? "with the norm's prep half" : "plain combine");
+    // out (or the residual rows), z and chunk sums of one run of the op list, fused or not
+    auto run = [&](bool fuse) {
+      DevBuf<float> out(size_t(M) * ldo), res(res0.size()), z(res0.size()), ss(size_t(M) * (H / 16 + 1));
+      out.poison();
+      z.poison();
+      ss.poison();
+      res.upload(res0);
+      std::vector<native::OpCall> ops;
+      native::add_moe_ops(ops, w, x, ldx, M, out.p, ldo, ws, wsb);
+      if (norm) std::get<kernels::MoeCombineParams>(ops.back().params).nout =
+          kernels::NormOut{res.p, dnw.p, z.p, ss.p, nullptr, H, H};
+      native::set_moe_down_combine(fuse ? 1 : 0);
+      const bool fused = native::fuse_down_combine(ops, arrivals.p, tiles);
+      native::set_moe_down_combine(-1);
+      EXPECT_EQ(fused, fuse && fusable) << "M " << M;
+      EXPECT_EQ(ops.back().kind == native::OpKind::MoeDownCombine, fused);
+      for (const native::OpCall& op : ops) native::launch(op, nullptr);
+      M3_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto arr = arrivals.download();
+      for (int i = 0; i < tiles; ++i) EXPECT_EQ(arr[size_t(i)], 0) << "row tile " << i << "'s counter, M " << M;
+      std::vector<float> o = norm ? res.download() : out.download();
+      if (norm) {
+        const auto zz = z.download(), sv = ss.download();
+        o.insert(o.end(), zz.begin(), zz.end());
+        o.insert(o.end(), sv.begin(), sv.begin() + int64_t(M) * (H / 16));
+      }
+      return o;
+    };
+    const std::vector<float> a = run(false), b = run(true);
+    if (!norm) {  // the unfused list is moe_forward's
+      ASSERT_EQ(a.size(), want.size());
+      EXPECT_EQ(std::memcmp(a.data(), want.data(), a.size() * 4), 0) << "M " << M;
+    }
+    ASSERT_EQ(a.size(), b.size());
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], 4) != 0 && !bad++) first = i;
+    EXPECT_EQ(bad, 0u) << "M " << M << ": " << bad << " of " << a.size() << " values differ, the first at " << first
+                       << " (" << a[first] << " vs " << b[first] << ")";
+  }
+}
+
 struct MoeCase {
   std::string name;
   int E, K, H, I, S;      // S: shared width (0 none; == I: in slot)
@@ -210,6 +273,8 @@ void run_case(const MoeCase& c) {
     native::moe_forward(w, xd.p, ldx, M, out2.p, ldo, ws.p, wsb, nullptr);
     auto got = out.download(), got2 = out2.download();
     EXPECT_EQ(std::memcmp(got.data(), got2.data(), got.size() * 4), 0) << "two runs differ";
+    if (M <= kernels::kMoeDownCombineMaxTokens)
+      expect_down_combine_same(w, xd.p, ldx, M, c.H, ws.p, wsb, !separate, rng, got, ldo);
 
     int ties = 0;
     std::vector<float> g_cmp, r_cmp;
