@@ -12,7 +12,8 @@
 
 namespace m3::kernels {
 
-// S: MoeWideOp's (the staged ring's stages, or 0: the register path).
+// S: MoeWideOp's (the staged ring's stages, or 0: the register path). Native only: the mono kernel
+// runs the fused op as its two ops (mono/task_table.cpp unfuse_down_combine).
 template <int S>
 struct MoeDownCombineOp : OpBounds<32 * kMoeMaxChains> {
   using Params = MoeDownCombineParams;

@@ -14,8 +14,7 @@ const char* op_code_name(OpCode c) {
       "gemv_bf16_m4",        "gemv_f32_m8",         "gemv_f32_m16",        "gemv_bf16_m8",       "gemv_bf16_m16",        "moe_route",
       "router_route_f32_m1", "router_route_f32_m2", "router_route_f32_m4", "router_route_bf16_m1", "router_route_bf16_m2",
       "router_route_bf16_m4", "moe_split",           "moe_wide_staged3",   "moe_wide_regs",
-      "moe_combine",         "mma_rope_split",
-      "moe_down_combine_regs"};
+      "moe_combine",         "mma_rope_split"};
   static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpCode::Count), "one name per code");
   return c < OpCode::Count ? names[size_t(c)] : "?";
 }
@@ -108,12 +107,7 @@ std::optional<OpCode> op_code(const native::OpCall& op, std::string* why) {
       return no(fmt::format("{} stages", p.stages));
     }
     case OpKind::MoeCombine: return OpCode::MoeCombine;
-    case OpKind::MoeDownCombine: {
-      const auto& p = std::get<kernels::MoeDownCombineParams>(op.params);
-      if (!kernels::moe_down_combine_fits(p.down, p.combine) || (p.down.stages != 0 && p.down.stages != 3))
-        return no("a fused down projection outside the wide MXFP4 walk");
-      return OpCode::MoeDownCombineRegs;  // the staged ring's items on the register path: the same bits
-    }
+    case OpKind::MoeDownCombine: return no("the fused down projection (build_task_table runs it as its two ops)");
     default: return no("not a decode op of a sparse MoE layer");
   }
 }

@@ -55,7 +55,6 @@ enum class OpCode : uint8_t {
   // (appended: the placement's pin puts op codes 8 CTAs apart, so a code inserted above moves the
   // CTAs of every code after it)
   MmaRopeSplit,  // the split decode tile whose last item of each head ropes it (native MmaRopeOp)
-  MoeDownCombineRegs,  // the register walk's down items whose last of each row tile combines it
   Count
 };
 

@@ -8,8 +8,32 @@
 
 namespace m3::mono {
 
-TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int cta_threads, int cta_smem,
+namespace {
+// The plan's ops with each fused down projection (OpKind::MoeDownCombine) as its two ops, the down
+// op then the combine (the same sums, so the same bits): the mono kernel runs the down items on the
+// unfused op's body. Inlined into that body, the fused tail made ptxas spill the walk's main loop
+// more (112 / 268 -> 196 / 408 B), and as a second body called after it, every other body's spill
+// loads grew by 8-24 B (2026-12-07).
+std::vector<native::OpCall> unfuse_down_combine(std::span<const native::OpCall> ops) {
+  std::vector<native::OpCall> out;
+  out.reserve(ops.size() + 64);
+  for (const native::OpCall& c : ops) {
+    if (c.kind != native::OpKind::MoeDownCombine) {
+      out.push_back(c);
+      continue;
+    }
+    const auto& p = std::get<kernels::MoeDownCombineParams>(c.params);
+    out.push_back(native::OpCall{native::OpKind::MoeMma, c.stage, "down", c.layer, p.down});
+    out.push_back(native::OpCall{native::OpKind::MoeCombine, c.stage, "combine", c.layer, p.combine});
+  }
+  return out;
+}
+}  // namespace
+
+TaskTable build_task_table(std::span<const native::OpCall> plan_ops, int grid, int cta_threads, int cta_smem,
                            std::vector<std::string>* why, const TablePlacement& place) {
+  const std::vector<native::OpCall> expanded = unfuse_down_combine(plan_ops);
+  const std::span<const native::OpCall> ops(expanded);
   TaskTable t;
   const size_t refused = why ? why->size() : 0;
   auto refuse = [&](std::string s) {
@@ -44,8 +68,6 @@ TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int ct
       o.code = uint8_t(OpCode::MoeWideRegs);
       o.smem = (kernels::moe_wide_smem_bytes(ep->chains, 0) + 15) / 16 * 16;
     }
-    if (const auto* dp = std::get_if<kernels::MoeDownCombineParams>(&c.params))
-      o.smem = (kernels::moe_wide_smem_bytes(dp->down.chains, 0) + 15) / 16 * 16;  // the register path
     if (const auto* mp = std::get_if<kernels::MmaLinearParams>(&c.params);
         mp && (*code == OpCode::MmaDecodeFp8F32 || *code == OpCode::MmaStreamFp8F32)) {
       // the decode tile streamed or on the register walk, as the placement says (the same bits and

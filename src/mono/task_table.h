@@ -105,7 +105,7 @@ struct TablePlacement {
   // kernel needs at most max(smem_cap, the largest op.smem) bytes and the L1 keeps the rest.
   int smem_cap = 0;
 };
-TaskTable build_task_table(std::span<const native::OpCall> ops, int grid, int cta_threads, int cta_smem,
+TaskTable build_task_table(std::span<const native::OpCall> plan_ops, int grid, int cta_threads, int cta_smem,
                            std::vector<std::string>* why, const TablePlacement& place = {});
 
 // "" when every task waits only for tasks earlier in the global order and every wait can be met

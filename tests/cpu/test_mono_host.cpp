@@ -5,6 +5,7 @@
 // and never starts a task before everything it depends on completed.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -692,6 +693,48 @@ static void check_early_split(bool fused) {
 TEST(MonoTaskTable, EarlySplitAndRegisterPath) {
   check_early_split(false);
   check_early_split(true);
+}
+
+// A plan with the fused down projection (OpKind::MoeDownCombine, native only) gives the table of the
+// same plan unfused, op for op: the down op's code, items, shared memory and params, then the combine
+// with its own params (the next layer's norm prep included), every wait the same.
+TEST(MonoTaskTable, FusedDownCombineRunsAsItsTwoOps) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<native::OpCall> plain, fused;
+  int32_t counters[8] = {};
+  for (int l = 0; l < 3; ++l) {
+    auto v = moe_layer_ops(l, 1 + int(rng() % 4), bufs, true);
+    auto& cp = std::get<kernels::MoeCombineParams>(v.back().params);
+    cp.nout.n = int(rng() % 1000);  // a field the copy must keep
+    plain.insert(plain.end(), v.begin(), v.end());
+    const auto& d = std::get<kernels::MoeMmaParams>(v[v.size() - 2].params);
+    native::OpCall f{native::OpKind::MoeDownCombine, "test", "down", l, kernels::MoeDownCombineParams{d, cp, counters}};
+    v.pop_back();
+    v.back() = f;
+    fused.insert(fused.end(), v.begin(), v.end());
+  }
+  ASSERT_EQ(fused.size() + 3, plain.size());
+  std::vector<std::string> why;
+  const TaskTable a = build_task_table(plain, 16, 512, 96 * 1024, &why);
+  const TaskTable b = build_task_table(fused, 16, 512, 96 * 1024, &why);
+  ASSERT_TRUE(why.empty()) << why.front();
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  EXPECT_EQ(check_task_order(b), "");
+  for (size_t i = 0; i < a.ops.size(); ++i) {
+    SCOPED_TRACE("op " + std::to_string(i));
+    EXPECT_EQ(a.ops[i].code, b.ops[i].code);
+    EXPECT_EQ(a.ops[i].items, b.ops[i].items);
+    EXPECT_EQ(a.ops[i].smem, b.ops[i].smem);
+    EXPECT_EQ(a.ops[i].groups, b.ops[i].groups);
+    EXPECT_EQ(a.ops[i].wait_op, b.ops[i].wait_op);
+    EXPECT_EQ(a.ops[i].wait_op2, b.ops[i].wait_op2);
+    EXPECT_EQ(a.ops[i].layer, b.ops[i].layer);
+    EXPECT_EQ(std::memcmp(a.ops[i].params, b.ops[i].params, kParamBytes), 0);
+  }
+  EXPECT_EQ(a.tasks.size(), b.tasks.size());
 }
 
 // Placement: pinned, every op of a code runs its item w on the same CTA in every layer; with

@@ -11,7 +11,6 @@
 #include "kernels/mma_linear.cuh"
 #include "kernels/mma_rope.cuh"
 #include "kernels/mma_stream.cuh"
-#include "kernels/moe_down_combine.cuh"
 #include "kernels/moe_mma.cuh"
 #include "kernels/moe_mxfp4.cuh"
 #include "kernels/qk_norm_rope_cache.cuh"
@@ -116,7 +115,6 @@ __device__ void run_op(OpCode code, int64_t item, Group g, uint8_t* smem) {
     case OpCode::MoeWideRegs: return run_body<MoeWideOp<0>, kBuild>(item, g, smem);
     case OpCode::MoeCombine: return run_body<MoeCombineOp, kBuild>(item, g, smem);
     case OpCode::MmaRopeSplit: return run_body<MmaRopeOp<kNormAny>, kBuild>(item, g, smem);
-    case OpCode::MoeDownCombineRegs: return run_body<MoeDownCombineOp<0>, kBuild>(item, g, smem);
     default: __trap();
   }
 }
