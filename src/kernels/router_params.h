@@ -83,8 +83,9 @@ M3_HOST_DEVICE inline WorkShape router_gemv_route_shape(const RouterGemvRoutePar
 // activations, F32 or BF16 weights, at most 32 pairs (the one-warp grouping).
 M3_HOST_DEVICE inline bool router_gemv_route_fits(const GemvParams& g, const MoeRouteParams& r) {
   return g.rows == 1 && g.token_groups == 1 && g.mt <= 4 && g.M == r.select.M && g.xfmt == ActFmt::F32 &&
-         (g.wfmt == WeightFmt::F32 || g.wfmt == WeightFmt::BF16) && r.select.M * r.select.K <= 32 &&
-         r.select.logits == g.y && r.select.ld == g.ld_y;
+         (g.wfmt == WeightFmt::F32 || g.wfmt == WeightFmt::BF16) && !g.swiglu && g.N == r.select.E &&
+         r.select.M * r.select.K <= 32 && r.group.M == r.select.M && r.group.K == r.select.K &&
+         r.group.E == r.select.E && r.select.logits == g.y && r.select.ld == g.ld_y;
 }
 
 }  // namespace m3::kernels

@@ -1,5 +1,6 @@
 // Environment switches of the same bits, for side-by-side measurements of one binary:
-//   EnvSwitch: on unless the environment sets VAR=0 (M3_FUSED_NORMS, M3_SPLIT_ACT), with an
+//   EnvSwitch: on unless the environment sets VAR=0 (M3_FUSED_NORMS, M3_SPLIT_ACT), or off unless it
+//   sets VAR to another value (the measured-slower M3_ROPE_LAST, M3_COMBINE_LAST), with an
 //   override for tests: set(0) off, set(1) on, set(-1) back to the environment's;
 //   env_choice: which of a few named values VAR holds (M3_MMA_WALK, M3_MOE_WALK).
 #pragma once
@@ -15,13 +16,14 @@ namespace m3::native {
 
 class EnvSwitch {
  public:
-  explicit EnvSwitch(const char* var) : var_(var) {}
+  // dflt: the value when VAR is unset (VAR=0 turns it off, any other value on)
+  explicit EnvSwitch(const char* var, bool dflt = true) : var_(var), dflt_(dflt) {}
   bool on() const {
     const int o = override_.load();
     if (o >= 0) return o != 0;
     if (env_ < 0) {
       const char* e = std::getenv(var_);
-      env_ = e && std::strcmp(e, "0") == 0 ? 0 : 1;
+      env_ = !e || !*e ? (dflt_ ? 1 : 0) : std::strcmp(e, "0") == 0 ? 0 : 1;
     }
     return env_ != 0;
   }
@@ -29,6 +31,7 @@ class EnvSwitch {
 
  private:
   const char* var_;
+  bool dflt_;
   mutable std::atomic<int> env_{-1};
   std::atomic<int> override_{-1};
 };

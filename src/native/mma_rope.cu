@@ -1,5 +1,5 @@
 // Launcher of the qkv projection that ropes (kernels/mma_rope.cuh): one instantiation per norm mode
-// of the projection's input.
+// of the projection's input. Off by default: measured slower (H100 2026-12-07 14:08, docs/perf.md).
 #include "kernels/mma_rope.cuh"
 #include "native/cuda_check.h"
 #include "native/env_switch.h"
@@ -9,7 +9,7 @@
 namespace m3::native {
 
 namespace {
-EnvSwitch g_rope_last("M3_ROPE_LAST");
+EnvSwitch g_rope_last("M3_ROPE_LAST", false);
 }
 
 bool mma_rope_enabled() { return g_rope_last.on(); }

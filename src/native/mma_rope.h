@@ -14,8 +14,9 @@ namespace m3::native {
 // zeroed once; the last item of each vector resets its counter).
 kernels::MmaRopeParams make_mma_rope_params(const kernels::MmaLinearParams& mma,
                                             const kernels::QkNormRopeCacheParams& rope, int32_t* arrivals);
-// Whether decode plans fuse the rope into the qkv projection: on unless M3_ROPE_LAST=0 (the same
-// bits either way). set_mma_rope overrides it for the plans built from now on (0 off, 1 on, -1 back
+// Whether decode plans fuse the rope into the qkv projection: off unless M3_ROPE_LAST=1 (the same
+// bits either way; measured slower on the H100, 2026-12-07: native b=1 +117 us, b=4 +311, mono
+// +178 / +189 over 60 layers). set_mma_rope overrides it for the plans built from now on (0 off, 1 on, -1 back
 // to the environment's).
 bool mma_rope_enabled();
 void set_mma_rope(int on);

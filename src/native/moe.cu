@@ -285,7 +285,7 @@ void add_moe_ops(std::vector<OpCall>& ops, const MoeWeights& w, const float* x, 
 }
 
 namespace {
-EnvSwitch g_combine_last("M3_COMBINE_LAST");
+EnvSwitch g_combine_last("M3_COMBINE_LAST", false);  // measured slower (H100 2026-12-07, docs/perf.md)
 }
 bool moe_down_combine_enabled() { return g_combine_last.on(); }
 void set_moe_down_combine(int on) { g_combine_last.set(on); }

@@ -1,5 +1,5 @@
 // native/env_switch.h: the environment switches of side-by-side measurements (M3_FUSED_NORMS,
-// M3_SPLIT_ACT: on unless 0, with a test override; M3_MMA_WALK, M3_MOE_WALK: one of named values).
+// M3_SPLIT_ACT: on unless 0, with a test override; M3_ROPE_LAST, M3_COMBINE_LAST: off unless set; M3_MMA_WALK, M3_MOE_WALK: one of named values).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -32,6 +32,28 @@ TEST(EnvSwitch, OnUnlessZeroAndTheOverrideWins) {
   }
   ::setenv(var, "1", 1);
   EXPECT_TRUE(native::EnvSwitch(var).on());
+  ::unsetenv(var);
+}
+
+// A switch off by default (M3_ROPE_LAST, M3_COMBINE_LAST): off unset or empty, on at any value but 0.
+TEST(EnvSwitch, OffByDefaultUnlessSet) {
+  const char* var = "M3_TEST_ENV_SWITCH_OFF";
+  ::unsetenv(var);
+  {
+    native::EnvSwitch s(var, false);
+    EXPECT_FALSE(s.on());
+    s.set(1);
+    EXPECT_TRUE(s.on());
+    s.set(-1);
+    EXPECT_FALSE(s.on());
+  }
+  ::setenv(var, "", 1);
+  EXPECT_FALSE(native::EnvSwitch(var, false).on());
+  EXPECT_TRUE(native::EnvSwitch(var).on());
+  ::setenv(var, "1", 1);
+  EXPECT_TRUE(native::EnvSwitch(var, false).on());
+  ::setenv(var, "0", 1);
+  EXPECT_FALSE(native::EnvSwitch(var, false).on());
   ::unsetenv(var);
 }
 

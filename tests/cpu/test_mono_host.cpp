@@ -574,8 +574,9 @@ std::vector<native::OpCall> moe_layer_ops(int layer, int M, std::vector<std::vec
   gp.y = reinterpret_cast<float*>(buf(1024));
   gp.ld_y = 16;
   kernels::MoeRouteParams rp;
-  rp.select.M = M;
-  rp.select.K = 4;
+  rp.select.M = rp.group.M = M;
+  rp.select.K = rp.group.K = 4;
+  rp.select.E = rp.group.E = gp.N;
   rp.select.logits = gp.y;
   rp.select.ld = gp.ld_y;
   rp.group.entry_slot = slot;

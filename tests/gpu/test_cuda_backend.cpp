@@ -298,7 +298,7 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
   // activations themselves (M3_SPLIT_ACT=0) instead of reading them split by their producers: the
   // same bits (kernels/fused_norm_params.h, kernels/act_split.cuh); and the top-k and the route as
   // ops of their own (M3_FUSED_TOPK=0, M3_ROUTE_LAST=0), and the rope after the qkv projection
-  // (M3_ROPE_LAST=0)
+  // (M3_ROPE_LAST, off by default: the fused backends turn it on here)
   auto unfused = native::make_cuda_backend(m.pw, oe);
   for (auto* b : {graph.get(), eager.get(), shuf.get(), unfused.get()}) b->kv_cache().fill(0x7f, nullptr);
   M3_CUDA_CHECK(cudaDeviceSynchronize());
