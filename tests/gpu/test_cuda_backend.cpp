@@ -17,6 +17,7 @@
 #include "native/layer_plan.h"
 #include "native/linear.h"
 #include "native/mma_rope.h"
+#include "native/moe.h"
 #include "native/router.h"
 #include "test_cuda_backend_util.h"
 
@@ -298,7 +299,8 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
   // activations themselves (M3_SPLIT_ACT=0) instead of reading them split by their producers: the
   // same bits (kernels/fused_norm_params.h, kernels/act_split.cuh); and the top-k and the route as
   // ops of their own (M3_FUSED_TOPK=0, M3_ROUTE_LAST=0), and the rope after the qkv projection
-  // (M3_ROPE_LAST, off by default: the fused backends turn it on here)
+  // (M3_ROPE_LAST) and the combine after the down projection (M3_COMBINE_LAST), both off by default:
+  // the fused backends turn them on here
   auto unfused = native::make_cuda_backend(m.pw, oe);
   for (auto* b : {graph.get(), eager.get(), shuf.get(), unfused.get()}) b->kv_cache().fill(0x7f, nullptr);
   M3_CUDA_CHECK(cudaDeviceSynchronize());
@@ -331,6 +333,7 @@ TEST(GpuCudaBackend, GraphReplayIsBitwiseEagerAndTablesDoNotMatter) {
       native::set_fused_topk(on);
       native::set_router_gemv_route(on);
       native::set_mma_rope(on);
+      native::set_moe_down_combine(on);
     };
     fusions(1);
     StepOutput e = eager->step(b1);
