@@ -18,7 +18,10 @@ __device__ __forceinline__ bool arrive_last(int32_t* arrivals, int total, Group 
     int32_t prev;
     asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(prev) : "l"(arrivals) : "memory");
     const bool last = prev == total - 1;
-    if (last) *arrivals = 0;  // every item has arrived: nothing else touches it in this launch
+    // every item has arrived: nothing else touches it in this launch. A plain store: the next
+    // arrivals on this counter (the next launch, or in the mono kernel the next layer's op) come
+    // after this op's completion is published, which orders them after it.
+    if (last) *arrivals = 0;
     *flag = last ? 1 : 0;
   }
   g.sync();

@@ -13,7 +13,8 @@ namespace {
 // op then the combine (the same sums, so the same bits): the mono kernel runs the down items on the
 // unfused op's body. Inlined into that body, the fused tail made ptxas spill the walk's main loop
 // more (112 / 268 -> 196 / 408 B), and as a second body called after it, every other body's spill
-// loads grew by 8-24 B (2026-12-07).
+// loads grew by 8-24 B (2026-12-07). With such an op in the plan, the table's op indices are the
+// expanded list's (MonoOptions::fault_op and the watchdog's "op N" count the combine as an op).
 std::vector<native::OpCall> unfuse_down_combine(std::span<const native::OpCall> ops) {
   std::vector<native::OpCall> out;
   out.reserve(ops.size() + 64);

@@ -204,7 +204,8 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     qa.iq_out = act.iq.get<float>();
     const KvLayerView cv = m.cache().layer(l);
     const kernels::QkNormRopeCacheParams rp = make_qk_norm_rope_params(qa, mv, cv);
-    if (mma_rope_enabled() && kernels::mma_rope_fits(qkv, rp)) {
+    if (mma_rope_enabled() && kernels::mma_rope_fits(qkv, rp) &&
+        int64_t(rp.vectors_per_token()) * 4 <= int64_t(act.rope_arrivals.bytes())) {
       // the qkv items of each head rope it as the last one lands (one op less; kernels/mma_rope.cuh)
       const kernels::MmaLinearParams mp = qkv;
       ops.back() = OpCall{OpKind::MmaRope, "qkv", "qkv", l,

@@ -191,7 +191,8 @@ TEST(BenchHarness, NativePathRunsOnTheBenchArenaWithFiniteLogits) {
       for (int l = 0; l < spec.num_layers; ++l) {
         for (const char* op : {"qkv", "rope_cache", "index_k", "kv", "o"})
           if ((std::string(op) != "index_k" || spec.sparse(l)) &&
-              (std::string(op) != "rope_cache" || c.is_prefill() || !native::mma_rope_enabled()))
+              (std::string(op) != "rope_cache" || c.is_prefill() || !native::mma_rope_enabled() ||
+               !native::split_activations_enabled()))
             want.push_back(fmt::format("{}@{}", op, l));
         want.push_back(fmt::format("{}@{}", spec.moe(l) ? "moe" : "dense_mlp", l));
       }

@@ -21,6 +21,8 @@
 #include "mono/options.h"
 #include "native/forward_model.h"
 #include "native/linear.h"
+#include "native/mma_rope.h"
+#include "native/moe.h"
 #include "runtime/generate.h"
 #include "test_cuda_backend_util.h"
 
@@ -115,6 +117,22 @@ struct SplitActivationsOff {
   SplitActivationsOff& operator=(const SplitActivationsOff&) = delete;
 };
 
+// While it lives, the plans built fuse the rope into the qkv projection and the MoE combine into the
+// down projection (M3_ROPE_LAST=1, M3_COMBINE_LAST=1; off by default, measured slower): mono runs the
+// first as its op code mma_rope_split and the second as its two ops (mono/task_table.cpp).
+struct LastArriverFusionsOn {
+  LastArriverFusionsOn() {
+    native::set_mma_rope(1);
+    native::set_moe_down_combine(1);
+  }
+  ~LastArriverFusionsOn() {
+    native::set_mma_rope(-1);
+    native::set_moe_down_combine(-1);
+  }
+  LastArriverFusionsOn(const LastArriverFusionsOn&) = delete;
+  LastArriverFusionsOn& operator=(const LastArriverFusionsOn&) = delete;
+};
+
 void run_model(const char* name, const PreparedModel& m, const std::vector<int>& prompts, int steps, uint64_t seed) {
   const int bs = m.spec.index_block, V = m.spec.vocab_size;
   int longest = 0;
@@ -185,6 +203,16 @@ TEST(GpuMono, QuantizedReleasesBitwiseEqualsNative) {
     run_model(name.c_str(), m, {5, 60, 300}, 12, seed);
     std::filesystem::remove_all(dir);
   }
+}
+
+// The same with the fusions that are off by default (the rope and the combine run by their
+// producers' last items): mono still bitwise native.
+TEST(GpuMono, TinyM3aBitwiseEqualsNativeWithLastArriverFusions) {
+  const uint64_t seed = model_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const LastArriverFusionsOn fused;
+  const PreparedModel m = prepare_from_dir(test_data_dir() / "tiny-m3-a");
+  run_model("tiny-m3-a (rope and combine fused)", m, {5, 60, 300, 170}, 16, seed);
 }
 
 TEST(GpuMono, RealHeadsBitwiseEqualsNative) {
@@ -344,6 +372,7 @@ TEST(GpuMono, WatchdogStopsAFaultAndNativeRerunsTheStep) {
   o.num_cache_blocks = 16;
   mono::MonoOptions mo;
   mo.fault_op = 5;  // its wait can never be met
+  const LastArriverFusionsOn fused;  // every arrival counter in use (the route's is on by default)
   mo.watchdog_ms = 20;
   auto nat = native::make_cuda_backend(m.pw, o);
   auto mon = with_mono(m, o, mo);
@@ -354,7 +383,8 @@ TEST(GpuMono, WatchdogStopsAFaultAndNativeRerunsTheStep) {
     StepBatch d{{SeqStep{int32_t(prompt.size()) + k, {7}, table, false}}};
     const StepOutput a = nat->step(d);
     // the counters as a kernel stopped inside a fused op leaves them: the native re-run must not
-    // inherit them (the backend zeroes them after a fault; without that, no route and no rope runs)
+    // inherit them (the backend zeroes them after a fault; without that, no route, rope or combine
+    // runs in the re-run)
     if (k == 0) mon->set_arrival_counters(0x01);
     const StepOutput c = mon->step(d);
     EXPECT_EQ(c.path, "native");
