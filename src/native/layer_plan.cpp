@@ -206,10 +206,10 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
     const kernels::QkNormRopeCacheParams rp = make_qk_norm_rope_params(qa, mv, cv);
     if (mma_rope_enabled() && kernels::mma_rope_fits(qkv, rp) &&
         int64_t(rp.vectors_per_token()) * 4 <= int64_t(act.rope_arrivals.bytes())) {
-      // the qkv items of each head rope it as the last one lands (one op less; kernels/mma_rope.cuh)
-      const kernels::MmaLinearParams mp = qkv;
+      // the qkv items of each head rope it as the last one lands (one op less; kernels/mma_rope.cuh);
+      // the new op (a copy of qkv's params) is built before it replaces the op qkv refers to
       ops.back() = OpCall{OpKind::MmaRope, "qkv", "qkv", l,
-                          make_mma_rope_params(mp, rp, act.rope_arrivals.get<int32_t>())};
+                          make_mma_rope_params(qkv, rp, act.rope_arrivals.get<int32_t>())};
     } else {
       add(OpKind::QkNormRopeCache, "rope_cache", "rope_cache", l, rp);
     }
