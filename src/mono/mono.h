@@ -68,8 +68,9 @@ class MonoRunner : public native::LayerRangeRunner {
   virtual std::vector<TaskTrace> trace() = 0;
 };
 
-// Per op code: tasks, mean waiting and running time per task, and the span of the ops of that code
-// (first item's start to last item's end, summed over the ops): where a launch's time goes.
+// Per op code: tasks, mean waiting and running time per task, the span of the ops of that code
+// (first item's start to last item's end, summed over the ops) and their mean hop (an op's first
+// item start after the last item end of the op before it in the plan): where a launch's time goes.
 std::string summarize_trace(const std::vector<TaskTrace>& t);
 
 // Validates (static refusals, co-resident capacity) and creates the runtime: it allocates only

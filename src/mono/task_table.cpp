@@ -141,6 +141,10 @@ TaskTable build_task_table(std::span<const native::OpCall> plan_ops, int grid, i
         t.ops[i + 1].wait_op2 = int32_t(i - 1);   // gate/up: the split and the router that routes
       }
     }
+  for (MonoOp& o : t.ops) {
+    o.wait_items = o.wait_op >= 0 ? int32_t(t.ops[size_t(o.wait_op)].items) : 0;
+    o.wait_items2 = o.wait_op2 >= 0 ? int32_t(t.ops[size_t(o.wait_op2)].items) : 0;
+  }
   if (total > INT32_MAX) {
     refuse(fmt::format("mono: {} tasks", total));
     return {};
@@ -192,6 +196,10 @@ std::string check_task_order(const TaskTable& t) {
         return fmt::format("op {} (stage {}) stages after op {}, not an earlier one", k.op, o.stage, o.stage_wait);
       if (o.wait_op >= 0 && t.ops[size_t(o.wait_op)].items <= 0)
         return fmt::format("op {} waits for op {}, which has no items", k.op, o.wait_op);
+      if (o.wait_items != (o.wait_op >= 0 ? t.ops[size_t(o.wait_op)].items : 0) ||
+          o.wait_items2 != (o.wait_op2 >= 0 ? t.ops[size_t(o.wait_op2)].items : 0))
+        return fmt::format("op {}: wait targets {} / {} are not the items of ops {} / {}", k.op, o.wait_items,
+                           o.wait_items2, o.wait_op, o.wait_op2);
       ++seen[size_t(k.op)];
     }
   }

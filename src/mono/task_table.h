@@ -38,7 +38,9 @@ struct alignas(16) MonoOp {
   int32_t first_task = 0;    // global order of its item 0 (serialized mode)
   int32_t stage_wait = -1;   // stage 2: the op whose completion the copies need (the routing), else -1
   int32_t wait_op2 = -1;     // a second op whose items must all be done first (TablePlacement::early)
-  int32_t pad1[2] = {};
+  // the items of wait_op and wait_op2 (0 for none): a waiting thread reads its targets from its own
+  // op's record instead of the waited ops' (one dependent global load less before its first poll)
+  int32_t wait_items = 0, wait_items2 = 0;
   alignas(16) uint8_t params[kParamBytes] = {};
 };
 static_assert(sizeof(MonoOp) == 48 + kParamBytes, "MonoOp layout (the kernel reads it)");

@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <set>
 #include <tuple>
 
@@ -17,6 +18,7 @@
 #include "model/synthetic.h"
 #include "mono/eligibility.h"
 #include "mono/lifecycle.h"
+#include "mono/mono.h"
 #include "mono/op_code.h"
 #include "mono/options.h"
 #include "mono/task_table.h"
@@ -382,6 +384,38 @@ TEST(MonoTaskTable, EveryItemOnceInGlobalOrderAndASimulatedRunNeverDeadlocks) {
   t.tasks.pop_back();
   t.cta_begin.back()--;
   EXPECT_NE(check_task_order(t), "");  // an item left out
+}
+
+// The trace summary (bench --trace): per op code its tasks, mean wait and run per task, summed
+// spans and mean hops, from a hand-made trace whose figures are known (times in ns). Each op's
+// items are listed out of order, so first starts and last ends are not the first / last records.
+TEST(MonoTrace, SummaryGivesSpansAndHopsPerOpCode) {
+  std::vector<TaskTrace> tr = {
+      {1, 0, 3, "b", 1300, 2200, 3000},  // op 1 (b): span 2200..3000, hop 2200 - 1200
+      {0, 1, 3, "a", 0, 200, 1200},      // op 0 (a): span 100..1200, first: no hop
+      {0, 0, 3, "a", 0, 100, 1100},
+      {2, 0, 4, "a", 3000, 3500, 4000},  // op 2 (a): span 3500..4000, hop 3500 - 3000
+  };
+  const std::string s = summarize_trace(tr);
+  std::map<std::string, std::vector<double>> row;  // code -> ops tasks wait run span hop
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream l(line);
+    std::string code;
+    l >> code;
+    if (code != "a" && code != "b") continue;
+    for (double v; l >> v;) row[code].push_back(v);
+  }
+  ASSERT_EQ(row["a"].size(), 6u) << s;
+  ASSERT_EQ(row["b"].size(), 6u) << s;
+  const std::vector<double> a = {2, 3, (100 + 200 + 500) / 3e3, (1000 + 1000 + 500) / 3e3, (1100 + 500) / 1e3, 0.5};
+  const std::vector<double> b = {1, 1, 0.9, 0.8, 0.8, 1.0};
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(row["a"][i], a[i], 0.006) << "column " << i << " of a in\n" << s;  // printed with 2 decimals (span: 1)
+    EXPECT_NEAR(row["b"][i], b[i], 0.006) << "column " << i << " of b in\n" << s;
+  }
+  EXPECT_NE(s.find("launch 4.0 us"), std::string::npos) << s;
+  EXPECT_NE(s.find("hops in all: 1.5 us over 2 ops"), std::string::npos) << s;
 }
 
 // Options from text (the bench's "mono:key=value/..." paths): every key sets its field, the rest

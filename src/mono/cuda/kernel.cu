@@ -46,6 +46,17 @@ __device__ __forceinline__ uint64_t global_ns() {
 // persistent kernel has and make the op bodies spill.
 __shared__ __align__(16) uint8_t params_s[kParamBytes];
 
+// What the CTA's threads read of the running task after its wait, staged in shared memory before
+// it (with the params): the wait's acquire invalidates the SM's L1, so these kernel-constant
+// fields, read from the op table and the task list after it, came from L2, one round trip on
+// every hop between dependent ops. A run's items past kRunItems are read from the task list.
+struct RunHead {
+  int32_t code, stage, threads, smem, first_task;
+};
+__shared__ RunHead head_s;
+constexpr int kRunItems = 64;
+__shared__ int32_t items_s[kRunItems];
+
 // One function per op (not inlined into one switch): each body gets the whole register budget,
 // and its code is contiguous. Each kernel build (kBuild) has its own copy of every body, the same
 // code: ptxas allocates a body's registers over the call graphs it belongs to, so copies shared
@@ -176,9 +187,10 @@ __device__ bool wait_counter(const KernelArgs& a, const MonoOp& op, int32_t op_i
 }
 
 // The completions of op `w` that the current epoch needs (all its items, every epoch so far).
+// `items`: op w's items (MonoOp::wait_items, so the waiting thread does not read op w's record).
 __device__ __forceinline__ bool wait_op_done(const KernelArgs& a, const MonoOp& op, int32_t op_index, uint64_t epoch,
-                                             int cta, int task, int32_t w, bool fault) {
-  const unsigned long long target = epoch * uint64_t(a.ops[w].items) + (fault ? 1 : 0);
+                                             int cta, int task, int32_t w, int64_t items, bool fault) {
+  const unsigned long long target = epoch * uint64_t(items) + (fault ? 1 : 0);
   return wait_counter(a, op, op_index, cta, task, a.counters + size_t(w) * kCounterStride, target, w);
 }
 
@@ -188,15 +200,16 @@ __device__ __forceinline__ bool wait_op_done(const KernelArgs& a, const MonoOp& 
 // reaches.
 __device__ bool wait_for(const KernelArgs& a, const MonoOp& op, int32_t op_index, int32_t item, uint64_t epoch, int cta,
                          int task, bool for_stage = false) {
-  if (for_stage) return wait_op_done(a, op, op_index, epoch, cta, task, op.stage_wait, false);
+  if (for_stage) return wait_op_done(a, op, op_index, epoch, cta, task, op.stage_wait, a.ops[op.stage_wait].items, false);
   const bool fault = op_index == a.fault_op;
   if (a.serialized) {
     const int64_t g = int64_t(op.first_task) + item;
     const unsigned long long target = (epoch - 1) * uint64_t(a.num_tasks) + uint64_t(g) + (fault ? 1 : 0);
     return wait_counter(a, op, op_index, cta, task, a.seq, target, -2);
   }
-  if (op.wait_op2 >= 0 && !wait_op_done(a, op, op_index, epoch, cta, task, op.wait_op2, false)) return false;
-  return op.wait_op < 0 || wait_op_done(a, op, op_index, epoch, cta, task, op.wait_op, fault);
+  if (op.wait_op2 >= 0 && !wait_op_done(a, op, op_index, epoch, cta, task, op.wait_op2, op.wait_items2, false))
+    return false;
+  return op.wait_op < 0 || wait_op_done(a, op, op_index, epoch, cta, task, op.wait_op, op.wait_items, fault);
 }
 
 template <int kBuild>
@@ -232,6 +245,11 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
     // the params do not depend on the wait: warp 1 stages them while thread 0 polls
     if (tid >= 32 && tid < 32 + kParamBytes / 16)
       reinterpret_cast<uint4*>(params_s)[tid - 32] = reinterpret_cast<const uint4*>(op.params)[tid - 32];
+    // and warp 2 the rest of what the threads read after the wait (RunHead)
+    if (tid >= 64 && tid < 96) {
+      for (int k = tid - 64; k < min(n, kRunItems); k += 32) items_s[k] = a.tasks[i + k].item;
+      if (tid == 64) head_s = RunHead{op.code, op.stage, op.threads, op.smem, op.first_task};
+    }
     if (tid == 0) {
       if (a.trace)
         for (int k = 0; k < n; ++k) a.trace[3 * (int64_t(op.first_task) + a.tasks[i + k].item)] = global_ns();
@@ -256,23 +274,24 @@ __global__ void __launch_bounds__(kCtaThreads, 1) mono_kernel(const __grid_const
       done = false;
       break;
     }
-    const int g = tid / op.threads;
+    const RunHead& h = head_s;  // read where it is (values kept across the bodies' calls would take registers)
+    const int g = tid / h.threads;
     if (g < G) {
-      const Group grp{tid - g * op.threads, op.threads, 1 + g};
+      const Group grp{tid - g * h.threads, h.threads, 1 + g};
       for (int k = g; k < n; k += G) {
         if (k > g) grp.sync();  // the group's shared memory is reused by its next item
-        const int32_t item = a.tasks[i + k].item;
-        unsigned long long* st = a.trace ? a.trace + 3 * (int64_t(op.first_task) + item) : nullptr;
+        const int32_t item = k < kRunItems ? items_s[k] : a.tasks[i + k].item;
+        unsigned long long* st = a.trace ? a.trace + 3 * (int64_t(h.first_task) + item) : nullptr;
         if (st && grp.tid == 0) st[1] = global_ns();
-        uint8_t* gs = smem + size_t(g) * op.smem;
-        if (op.stage && k == g) {
+        uint8_t* gs = smem + size_t(g) * h.smem;
+        if (h.stage && k == g) {
           mbar_wait(&stage_bar[g], ((stage_phase >> g) & 1u) ^ 1u);
-          if (op.stage == 1) run_staged_mma<kBuild>(item, grp, gs);
+          if (h.stage == 1) run_staged_mma<kBuild>(item, grp, gs);
           else run_staged_moe<kBuild>(item, grp, gs);
-        } else if (op.stage == 2) {
+        } else if (h.stage == 2) {
           run_body<MoeWideOp<0>, kBuild>(item, grp, gs);  // the staged op's smem has no ring
         } else {
-          run_op<kBuild>(OpCode(op.code), item, grp, gs);
+          run_op<kBuild>(OpCode(h.code), item, grp, gs);
         }
         if (st && grp.tid == 0) st[2] = global_ns();
       }

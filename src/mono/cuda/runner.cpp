@@ -225,37 +225,6 @@ class Runner final : public MonoRunner {
 
 }  // namespace
 
-std::string summarize_trace(const std::vector<TaskTrace>& tr) {
-  struct Acc {
-    int64_t tasks = 0, ops = 0;
-    double wait = 0, run = 0, span = 0;
-  };
-  std::map<std::string, Acc> by;
-  std::map<int, std::pair<double, double>> op_span;  // op -> (first run begin, last end)
-  std::map<int, std::string> op_code_of;
-  double end = 0;
-  for (const TaskTrace& t : tr) {
-    Acc& a = by[t.code];
-    ++a.tasks;
-    a.wait += t.run_begin - t.wait_begin;
-    a.run += t.end - t.run_begin;
-    auto [it, fresh] = op_span.try_emplace(t.op, t.run_begin, t.end);
-    if (!fresh) it->second = {std::min(it->second.first, t.run_begin), std::max(it->second.second, t.end)};
-    op_code_of[t.op] = t.code;
-    end = std::max(end, t.end);
-  }
-  for (const auto& [op, sp] : op_span) {
-    by[op_code_of[op]].span += sp.second - sp.first;
-    ++by[op_code_of[op]].ops;
-  }
-  std::string s = fmt::format("mono trace: {} tasks, launch {:.1f} us\n  {:<22} {:>6} {:>8} {:>12} {:>12} {:>12}\n",
-                              tr.size(), end / 1e3, "op", "ops", "tasks", "wait us/task", "run us/task", "span us");
-  for (const auto& [code, a] : by)
-    s += fmt::format("  {:<22} {:>6} {:>8} {:>12.2f} {:>12.2f} {:>12.1f}\n", code, a.ops, a.tasks,
-                     a.wait / 1e3 / double(a.tasks), a.run / 1e3 / double(a.tasks), a.span / 1e3);
-  return s;
-}
-
 std::variant<std::unique_ptr<MonoRunner>, Refusal> create(const native::ForwardModel& m, const MonoOptions& opt) {
   Refusal r;
   const native::LayerRange range = m.sparse_range();
