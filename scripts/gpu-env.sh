@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for an environment switch before it becomes a default (e.g. M3_PDL=1):
+# One device call for an environment switch before it becomes a default (as M3_PDL=1 did, 2026-12-07):
 #   scripts/gpu-env.sh BIN "A=1[,B=2,...]" [FILTER]
 #   1. the GPU tests FILTER (a gtest filter; default the backend, mono, whole-model, TP, layer-range
 #      and device-layer tests and the bench harness's native path) with the assignments set;

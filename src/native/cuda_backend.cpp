@@ -74,7 +74,6 @@ CudaBackendOptions checked(CudaBackendOptions o, const ModelSpec& spec, DeviceKv
            "cuda backend: hidden {} and q_dim {} must be multiples of 4 (16-byte activation rows)", spec.hidden,
            spec.q_dim());
   o.logits_rows = std::max(o.logits_rows, o.max_graph_batch);
-  o.pdl = o.pdl || pdl_default();
   return o;
 }
 

@@ -36,6 +36,7 @@
 
 #include "core/dtype.h"
 #include "native/bucket_rows.h"
+#include "native/launch.h"
 #include "runtime/backend.h"
 #include "runtime/dispatcher.h"
 
@@ -61,7 +62,7 @@ struct CudaBackendOptions {
   int max_graph_batch = 64;    // largest decode bucket (a power of two, <= max_tokens)
   int logits_rows = 256;       // lm_head rows per pass (more output rows run in passes)
   int device = -1;             // CUDA device (-1: the current one)
-  bool pdl = false;            // programmatic dependent launch for every op (native/launch.h; M3_PDL=1 too)
+  bool pdl = pdl_default();    // programmatic dependent launch for every op (native/launch.h: on unless M3_PDL=0)
   // Tensor parallelism: this rank's collectives (native/device_comm.h); the weights are then the
   // arena of rank comm->rank() of comm->size(). A comm that cannot be captured turns graphs off.
   std::shared_ptr<DeviceComm> comm;

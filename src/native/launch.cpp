@@ -8,16 +8,17 @@
 #include <cstring>
 
 #include "native/cuda_check.h"
+#include "native/env_switch.h"
 
 namespace m3::native {
 
-bool pdl_default() {
-  static const bool on = [] {
-    const char* v = std::getenv("M3_PDL");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
+namespace {
+// On since 2026-12-07 (H100, 60 layers of one TP-4 rank: native b=1 -73 us, b=4 -54; the GPU
+// suite's backend, mono, model, TP and layer-range tests and GpuBitsDump under it: docs/perf.md).
+EnvSwitch g_pdl("M3_PDL", true);
+}  // namespace
+
+bool pdl_default() { return g_pdl.on(); }
 
 void launch_kernel(const void* kernel, const kernels::WorkShape& shape, int max_threads, void** args,
                    cudaStream_t stream, const char* what, const LaunchOptions& opt) {

@@ -19,7 +19,8 @@ struct LaunchOptions {
   bool pdl = false;
 };
 
-// The process default for LaunchOptions::pdl: M3_PDL=1 in the environment turns it on.
+// The process default for the backends' and the bench's LaunchOptions::pdl: on, M3_PDL=0 in the
+// environment turns it off (LaunchOptions' own default stays off, for single launches).
 bool pdl_default();
 
 // kernel: a work_kernel instantiation; args: its parameters (params, items); max_threads: the
