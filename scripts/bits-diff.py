@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where two GpuBitsDump files differ: per step of NEW.idx (written by GpuBitsDump beside its
 file; an older tree's file has the same order), the rows whose bits differ and the largest
-relative difference, up to the first few differing steps.
+relative difference, for the first 6 differing steps, then the list of every differing step.
    scripts/bits-diff.py OLD.bin NEW.bin [NEW.bin.idx]"""
 import struct
 import sys
@@ -16,11 +16,15 @@ def main():
     if len(a) != len(b):
         print(f"sizes differ: {len(a)} and {len(b)} bytes")
     shown = 0
+    steps = []  # every differing step, also past the ones shown in detail
     for line in open(idx):
         preset, kv, step, first, rows, vocab = line.split()
         first, rows, vocab = int(first), int(rows), int(vocab)
         lo, hi = first * vocab * 4, (first + rows) * vocab * 4
         if a[lo:hi] == b[lo:hi]:
+            continue
+        steps.append(f"{preset}/{kv}/{step}")
+        if shown >= 6:
             continue
         bad, missing, worst = 0, 0, 0.0
         for r in range(rows):
@@ -37,8 +41,8 @@ def main():
         gone = f" ({missing} past the end of a file)" if missing else ""
         print(f"{preset} {kv} step {step}: {bad} of {rows} rows differ{gone}, max |d| / max |old| {worst:.3g}")
         shown += 1
-        if shown >= 6:
-            break
+    if len(steps) > shown:
+        print(f"{len(steps)} steps differ in all (preset/cache/step): {' '.join(steps)}")
     if shown == 0:
         print("identical" if a == b else "the indexed rows are identical; the files differ past them")
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CTest check of the device-call helpers that run on the GPU machine and cannot be tried there
 # first: scripts/bits-diff.py names the first steps whose rows differ between two GpuBitsDump
-# files (and says "identical" for equal ones; a file of another size is reported), and
+# files, then lists every differing step (and says "identical" for equal ones; a file of another
+# size is reported), and
 # scripts/gpu-change.sh's switch values expand into their assignments ("A=1,B=0" with VAR "-").
 #   bash bits_diff.sh <m3mono-binary> <source-dir>
 set -euo pipefail
@@ -30,6 +31,19 @@ out=$(python3 "$src/scripts/bits-diff.py" "$tmp/old.bin" "$tmp/same.bin")
 [ "$out" = identical ] || { echo "FAIL: equal files: '$out'"; fail=1; }
 out=$(python3 "$src/scripts/bits-diff.py" "$tmp/old.bin" "$tmp/short.bin")
 grep -q "sizes differ" <<<"$out" || { echo "FAIL: a shorter file was not reported: '$out'"; fail=1; }
+# past 6 differing steps, the details stop and every differing step is listed
+python3 - "$tmp" <<'PY'
+import struct, sys
+d = sys.argv[1]
+open(f"{d}/old8.bin", "wb").write(struct.pack("16f", *[0.0] * 16))
+open(f"{d}/new8.bin", "wb").write(struct.pack("16f", *[1.0] * 14 + [0.0] * 2))  # steps 0-6 differ, 7 not
+open(f"{d}/new8.bin.idx", "w").write("".join(f"tiny bf16 {i} {i} 1 2\n" for i in range(8)))
+PY
+out=$(python3 "$src/scripts/bits-diff.py" "$tmp/old8.bin" "$tmp/new8.bin")
+echo "$out"
+[ "$(grep -c 'rows differ' <<<"$out")" = 6 ] || { echo "FAIL: not 6 steps in detail"; fail=1; }
+grep -q "^7 steps differ in all (preset/cache/step): tiny/bf16/0 .* tiny/bf16/6$" <<<"$out" ||
+  { echo "FAIL: the list of every differing step is missing or wrong"; fail=1; }
 # gpu-change.sh's expansion of switch values
 fns=$(sed -n '/^envs()/,/^}/p;/^tag()/p' "$src/scripts/gpu-change.sh")
 got=$(VAR=- bash -c "$fns"$'\n''envs "A=1,B=0"; tag "A=1,B=0"')
