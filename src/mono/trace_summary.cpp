@@ -30,6 +30,7 @@ std::string summarize_trace(const std::vector<TaskTrace>& tr) {
   // hop: an op's first item start after the previous op's (in the plan) last item end; an op that
   // runs beside its predecessor (the MoE split) counts a negative hop
   std::map<std::string, std::pair<double, int64_t>> hop;  // code -> (sum, ops)
+  double hops = 0;
   const std::pair<double, double>* prev = nullptr;
   for (const auto& [op, sp] : op_span) {
     by[op_code_of[op]].span += sp.second - sp.first;
@@ -38,21 +39,20 @@ std::string summarize_trace(const std::vector<TaskTrace>& tr) {
       auto& h = hop[op_code_of[op]];
       h.first += sp.first - prev->second;
       ++h.second;
+      hops += sp.first - prev->second;
     }
     prev = &sp;
   }
   std::string s =
       fmt::format("mono trace: {} tasks, launch {:.1f} us\n  {:<22} {:>6} {:>8} {:>12} {:>12} {:>12} {:>10}\n",
                   tr.size(), end / 1e3, "op", "ops", "tasks", "wait us/task", "run us/task", "span us", "hop us/op");
-  double hops = 0;
   for (const auto& [code, a] : by) {
-    const auto h = hop.find(code);
-    const double per = h == hop.end() || h->second.second == 0 ? 0 : h->second.first / 1e3 / double(h->second.second);
-    if (h != hop.end()) hops += h->second.first / 1e3;
+    const auto h = hop.find(code);  // absent only for the first op's code when no later op has it
+    const double per = h == hop.end() ? 0 : h->second.first / 1e3 / double(h->second.second);
     s += fmt::format("  {:<22} {:>6} {:>8} {:>12.2f} {:>12.2f} {:>12.1f} {:>10.2f}\n", code, a.ops, a.tasks,
                      a.wait / 1e3 / double(a.tasks), a.run / 1e3 / double(a.tasks), a.span / 1e3, per);
   }
-  s += fmt::format("  hops in all: {:.1f} us over {} ops\n", hops, op_span.size() > 0 ? op_span.size() - 1 : 0);
+  s += fmt::format("  hops in all: {:.1f} us over {} ops\n", hops / 1e3, op_span.size() > 0 ? op_span.size() - 1 : 0);
   return s;
 }
 

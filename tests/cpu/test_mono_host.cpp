@@ -381,6 +381,9 @@ TEST(MonoTaskTable, EveryItemOnceInGlobalOrderAndASimulatedRunNeverDeadlocks) {
   t.ops[3].wait_op = 4;  // waits for a later op
   EXPECT_NE(check_task_order(t), "");
   t = build_task_table(ops, 2, 512, 96 * 1024, nullptr);
+  t.ops[3].wait_items += 1;  // a wait target that is not the waited op's items (MonoOp::wait_items)
+  EXPECT_NE(check_task_order(t), "");
+  t = build_task_table(ops, 2, 512, 96 * 1024, nullptr);
   t.tasks.pop_back();
   t.cta_begin.back()--;
   EXPECT_NE(check_task_order(t), "");  // an item left out
