@@ -6,6 +6,9 @@
 #      `m3mono bench --help`) side by side in the same run, the mono launch traced task by task;
 #   3. with OLD_BIN: its bench of native + mono at batch 1, so a change of the kernel itself is seen
 #      next to the run-to-run spread of native.
+# TEST_OPTIONS="o1 o2 ..." (mono options as key=value/...): step 1 also runs GpuMono.* under each
+# (M3_TEST_MONO_OPTIONS), so an option's bits are checked in the call that times it (PATHS
+# mono:o1,...).
 #   scripts/gpu-mono.sh BIN [OLD_BIN] [BATCHES (default 1,4)] [CONTEXTS (default 8K)]
 # Each BIN holds m3mono (and m3_tests_gpu, lib/ for shared libraries the machine lacks). Logs go under
 # $OUT (default /tmp/gpu-mono); a table prints last. Exit 1 when a test fails.
@@ -27,6 +30,13 @@ if [ -x "$BIN/m3_tests_gpu" ]; then
     >"$OUT/tests.log" 2>&1 || rc=1
   echo "tests: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests.log" | tr '\n' ' ')" >>"$table"
   grep -E '^\[  FAILED  \] Gpu' "$OUT/tests.log" >>"$table"
+  for o in ${TEST_OPTIONS:-}; do
+    log="$OUT/tests-$(tr -c 'A-Za-z0-9_=\n-' '_' <<<"$o").log"
+    LD_LIBRARY_PATH=$(libs "$BIN") M3_TEST_MONO_OPTIONS="$o" timeout 300 "$BIN/m3_tests_gpu" \
+      --gtest_filter='GpuMono.*' >"$log" 2>&1 || rc=1
+    echo "tests under $o: $(grep -E '^\[  (PASSED|FAILED)  \]' "$log" | tr '\n' ' ')" >>"$table"
+    grep -E '^\[  FAILED  \] Gpu' "$log" >>"$table"
+  done
 fi
 LD_LIBRARY_PATH=$(libs "$BIN") timeout 500 "$BIN/m3mono" bench --tp-shard 4 --layers 60 --context "$CONTEXTS" \
   --batch "$BATCHES" --paths "${PATHS:-native,mono}" --trace "$OUT/trace.csv" --commit new \
