@@ -30,6 +30,16 @@ __device__ __forceinline__ void split_hi_lo(float e0, float e1, uint32_t& hi, ui
   lo = pack_bf16x2(r0, r1);
 }
 
+// x = hi + mid + lo for a pair of fp32 values (hi = bf16(x), mid = bf16(x - hi),
+// lo = bf16(x - hi - mid); both differences exact in fp32), so |x - hi - mid - lo| <= 2^-26 |x|
+// for normal x: operands of an MMA that must be as exact as fp32 (kernels/attention.cuh).
+__device__ __forceinline__ void split_hi_mid_lo(float e0, float e1, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
+  split_hi_lo(e0, e1, hi, mid);
+  const float r0 = __fsub_rn(__fsub_rn(e0, __uint_as_float(hi << 16)), __uint_as_float(mid << 16));
+  const float r1 = __fsub_rn(__fsub_rn(e1, __uint_as_float(hi & 0xffff0000u)), __uint_as_float(mid & 0xffff0000u));
+  lo = pack_bf16x2(r0, r1);
+}
+
 }  // namespace mma
 
 // Group q of a split row from its 4 fp32 values.

@@ -4,7 +4,8 @@
 // Math, for token t at position p and query head h of KV group g = h / G (G = H / KV):
 //   keys J = { j <= p : j in a selected logical block of (t, g) }   (dense: all j <= p)
 //   s_j = (q_h . K[j]) * k_scale / sqrt(D)      o_h = v_scale * sum_j softmax(s)_j V[j]
-// with K/V decoded from the cache (stored value x scale), fp32 everywhere.
+// with K/V decoded from the cache (stored value x scale); products exact, sums and the softmax in
+// fp32 (the dot products and p.V on tensor cores: attention_split_work).
 //
 // Key list of (t, g): the selected blocks in their order (ascending), bs keys each, key k ->
 // block sel[k / bs], offset k % bs; keys past p (the local block's future, or a block beyond p)
@@ -20,12 +21,10 @@
 // big batches, no workspace); S > 1, block s of (t, g) takes chunks s, s + S, ..., writes each
 // chunk's state to the workspace, and attention_combine_work folds them in chunk order (small
 // decode batches, to fill the GPU). So a row's output never depends on T, S or the other rows.
-// Work item w = (t * KV + g) * S + s, a thread block of 8 warps: warp w owns heads w and w+8 of
-// the group (G <= 16), keeps their online softmax state (max m, sum l) and output accumulators.
+// Work item w = (t * KV + g) * S + s, a thread block of 8 warps (G <= 16 heads: the MMA rows).
 // Tiles of K and V rows are copied into shared memory with cp.async, double-buffered (the next
-// tile of the block's list loads while this one computes); per tile: lane = key for q.k (q and K
-// from shared memory), warp reductions for the tile max / sum, then lane = channel slice for p.V
-// (probabilities broadcast by shuffle).
+// tile of the block's list loads while this one computes); per tile, q.k and p.V on tensor cores
+// and the online softmax by warp reductions (see attention_split_work).
 // Padding rows (position -1) produce zeros.
 #pragma once
 #include <cmath>
@@ -35,6 +34,7 @@
 #include "kernels/attention_common.cuh"
 #include "kernels/attention_params.h"
 #include "kernels/block_topk.cuh"
+#include "kernels/mma_common.cuh"
 #include "kernels/work_kernel.cuh"
 
 namespace m3::kernels {
@@ -57,46 +57,53 @@ __device__ __forceinline__ float attention_out_scale(float L, float v_scale) {
   return L > 0.f ? __fdiv_rn(v_scale, L) : 0.f;
 }
 
-// Shared memory of one work item: q [G][D] fp32, then two buffers of {K tile, V tile: 32 rows of
-// row_bytes, slots: 32 int32}. Rows are padded by 16 bytes so that lane-per-row 16-byte reads
-// (lane = key in q.k) hit distinct banks.
-template <class C, int D>
-struct AttnSmem {
-  static constexpr int kRowBytes = D * C::kBytes + 16;
-  static constexpr int kTileBytes = kAttnTile * kRowBytes;
-  static constexpr int kBufBytes = 2 * kTileBytes + kAttnTile * 4;
-  static constexpr int bytes(int group) { return group * D * 4 + 2 * kBufBytes; }
-  static_assert(kBufBytes * 2 == attention_split_smem_bytes(0, D, C::kBytes), "attention_params.h's size");
-};
-
-// A group of kAttnWarps * 32 threads; smem: AttnSmem<C, D>::bytes(G) bytes (16-byte aligned).
+// The split item on tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulators; the 16 MMA
+// rows are the group's heads, rows at or past G zero). Operands are exact or as exact as fp32:
+// K and V elements are bf16 values exactly (E4M3 decoded as in mma_linear.cuh, BF16 as stored);
+// q and the probabilities p are split into three bf16 parts hi + mid + lo (mma::split_hi_mid_lo,
+// |x - hi - mid - lo| <= 2^-26 |x|), each part multiplied (hi, mid, lo), so every product is
+// exact and only the sums round. Per tile:
+//   q.k   warp w < 4 scores keys 8w .. 8w + 7 for the 16 rows. The head dimension is cut into
+//         32-element blocks; in block b, lane t holds dims 32b + 8t .. + 7 of its key and step s
+//         (0, 1) uses dims 32b + 8t + 4s + {0,1,2,3} as the step's columns {2t, 2t+1, 2t+8, 2t+9}
+//         (q's fragments in the same order); a block's 6 MMAs accumulate from +0, the blocks are
+//         added in order in fp32 (rounded), then times k_scale * softmax_scale.
+//   V     warps 4-7 decode the FP8 V tile to bf16 meanwhile (BF16 tiles are read as they are).
+//   soft  warp w: heads w and w + 8, lane = key, as before: the running max m, the tile's
+//         p = e^(s - m) and rescale alpha = e^(m_old - m), l = l alpha + sum(p) (fp32, warp sums).
+//   p.V   warp w: channels 8 (w + 8 i) .. + 7 of all heads: the tile's 2 steps x 3 parts of p
+//         against V (ldmatrix .trans) accumulate from +0, then acc = fma(acc, alpha, tile sum).
+// Chunks, the fold and the two launch modes are as described at the top of the file.
 template <class C, int D>
 __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group grp, uint8_t* smem) {
   const int tid = grp.tid;
-  static_assert(D % 32 == 0 && D <= 128, "attention: head_dim must be 32, 64, 96 or 128");
-  using Store = typename C::Store;
-  using Sm = AttnSmem<C, D>;
+  static_assert(D == 64 || D == 128, "attention: head_dim must be 64 or 128");
+  constexpr AttnSmemLayout Lay(D, C::kBytes);
   constexpr int kThreads = kAttnWarps * 32;
-  constexpr int kChunk = 16 / C::kBytes;                                      // elements per 16 bytes
-  constexpr int kCpr = D * C::kBytes / 16;                                    // 16-byte chunks per row
-  constexpr int kEpl = (D / 32) > (4 / C::kBytes) ? D / 32 : 4 / C::kBytes;  // V channels per lane
-  static_assert(D % kChunk == 0 && D % kEpl == 0, "attention: head_dim vs load width");
+  constexpr int kCpr = D * C::kBytes / 16;  // 16-byte chunks per K/V row
+  constexpr int kSteps = D / 16;            // q.k MMA steps
+  constexpr int kNT = D / 64;               // p.V: 8-channel tiles per warp
+  constexpr int kLd = AttnSmemLayout::kScoreLd;
   const int S = p.num_splits, KV = p.kv_heads, G = p.num_heads / p.kv_heads, bs = p.block_size;
   const ItemSplit ws = item_split(w, S), wg = item_split(ws.q, KV);
   const int s = ws.r, g = wg.r, t = int(wg.q);
-  const int lane = tid & 31, warp = tid >> 5;
+  const int lane = tid & 31, warp = tid >> 5, fr = lane >> 2, fc = lane & 3;  // fragment row / column
   const int pos = p.positions[t];
-  float* q_s = reinterpret_cast<float*>(smem);
-  uint8_t* bufs = smem + G * D * 4;
+  uint4* qfrag = reinterpret_cast<uint4*>(smem + Lay.qfrag);
+  uint8_t* bufs = smem + Lay.bufs;
+  uint8_t* vdec = smem + Lay.vdec;
+  float* scores = reinterpret_cast<float*>(smem + Lay.scores);
+  uint4* pfrag = reinterpret_cast<uint4*>(smem + Lay.pfrag);
+  float* heads = reinterpret_cast<float*>(smem + Lay.heads);
 
   // The token's position, request and first 32 selected blocks are loaded together (none of the
   // three addresses depends on another's value; a padding row's entries are read and unused).
-  // With topk_scores the item selects the blocks itself, into shared memory after the K/V buffers
-  // (its scratch in the buffers, before any tile is copied), split 0 writing them to `selected`.
+  // With topk_scores the item selects the blocks itself, into shared memory after everything else
+  // (its scratch in the K/V buffers, before any tile is copied), split 0 writing them to `selected`.
   const int32_t* sel = p.selected ? p.selected + (int64_t(t) * KV + g) * p.topk : nullptr;
   const int32_t seq = p.token_seq[t];
   if (p.topk_scores) {
-    int32_t* sel_s = reinterpret_cast<int32_t*>(bufs + 2 * Sm::kBufBytes);
+    int32_t* sel_s = reinterpret_cast<int32_t*>(smem + Lay.bytes);
     block_topk(p.topk_scores + (int64_t(t) * KV + g) * p.max_q_blocks, pos, bs, p.topk_local, p.topk, p.max_q_blocks,
                grp, bufs, sel_s);
     grp.sync();
@@ -141,9 +148,9 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
   const uint8_t* kbase = static_cast<const uint8_t*>(p.k_cache);
   const uint8_t* vbase = static_cast<const uint8_t*>(p.v_cache);
   auto issue = [&](int tile, int buf) {
-    uint8_t* ks = bufs + buf * Sm::kBufBytes;
-    uint8_t* vs = ks + Sm::kTileBytes;
-    int32_t* ss = reinterpret_cast<int32_t*>(vs + Sm::kTileBytes);
+    uint8_t* ks = bufs + buf * Lay.buf_bytes;
+    uint8_t* vs = ks + Lay.tile_bytes;
+    int32_t* ss = reinterpret_cast<int32_t*>(vs + Lay.tile_bytes);
     for (int i = tid; i < kAttnTile * kCpr; i += kThreads) {
       const int key = i / kCpr, part = i % kCpr;
       const int k = tile * kAttnTile + key;
@@ -155,71 +162,107 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
       }
       if (part == 0) ss[key] = slot;
       const int64_t src = slot >= 0 ? (int64_t(slot) * KV + g) * D * C::kBytes + part * 16 : 0;
-      cp_async_16(ks + key * Sm::kRowBytes + part * 16, kbase + src, slot >= 0 ? 16 : 0);
-      cp_async_16(vs + key * Sm::kRowBytes + part * 16, vbase + src, slot >= 0 ? 16 : 0);
+      cp_async_16(ks + key * Lay.row_bytes + part * 16, kbase + src, slot >= 0 ? 16 : 0);
+      cp_async_16(vs + key * Lay.row_bytes + part * 16, vbase + src, slot >= 0 ? 16 : 0);
     }
     cp_async_commit();
   };
   const int first_tile = next_tile(-1);
   if (first_tile >= 0) issue(first_tile, 0);
 
-  if (pos >= 0) {
-    const float4* qg = reinterpret_cast<const float4*>(p.q + (int64_t(t) * p.num_heads + int64_t(g) * G) * D);
-    float4* qs4 = reinterpret_cast<float4*>(q_s);
-#pragma unroll 4
-    for (int i = tid; i < G * D / 4; i += kThreads) qs4[i] = qg[i];
+  // q as A fragments (see above): entry (step, lane) holds rows fr and fr + 8, dims
+  // 32 (step / 2) + 8 fc + 4 (step % 2) + {0..3}, in its three parts.
+  if (first_tile >= 0) {
+    const float* qg = p.q + (int64_t(t) * p.num_heads + int64_t(g) * G) * D;
+    for (int i = tid; i < kSteps * 32; i += kThreads) {
+      const int st = i >> 5, l = i & 31, r = l >> 2;
+      const int d = (st >> 1) * 32 + (l & 3) * 8 + (st & 1) * 4;
+      const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 a = r < G ? *reinterpret_cast<const float4*>(qg + r * D + d) : z;
+      const float4 b = r + 8 < G ? *reinterpret_cast<const float4*>(qg + (r + 8) * D + d) : z;
+      uint4 hi, mid, lo;
+      mma::split_hi_mid_lo(a.x, a.y, hi.x, mid.x, lo.x);
+      mma::split_hi_mid_lo(b.x, b.y, hi.y, mid.y, lo.y);
+      mma::split_hi_mid_lo(a.z, a.w, hi.z, mid.z, lo.z);
+      mma::split_hi_mid_lo(b.z, b.w, hi.w, mid.w, lo.w);
+      qfrag[(0 * kSteps + st) * 32 + l] = hi;
+      qfrag[(1 * kSteps + st) * 32 + l] = mid;
+      qfrag[(2 * kSteps + st) * 32 + l] = lo;
+    }
   }
 
   const float qk_scale = p.k_scale * p.softmax_scale;
-  const bool pv_lane = lane * kEpl < D;
-  // Chunk state (m, l, acc) and, in the S == 1 mode, the running fold (Mr, Lr, Ar).
-  float m[kAttnHeadsPerWarp], l[kAttnHeadsPerWarp], acc[kAttnHeadsPerWarp][kEpl];
-  float Mr[kAttnHeadsPerWarp], Lr[kAttnHeadsPerWarp], Ar[kAttnHeadsPerWarp][kEpl];
+  // Softmax state of heads warp and warp + 8 (chunk: m, l; S == 1 running fold: Mr, Lr), and the
+  // output fragments of channel tiles warp + 8 i: acc (chunk) and Ar (running fold), elements
+  // {0, 1}: head fr, channels 8 nt + 2 fc + {0, 1}; {2, 3}: head fr + 8.
+  float m[2], l[2], Mr[2], Lr[2];
+  float acc[kNT][4], Ar[kNT][4];
   auto reset_chunk = [&] {
 #pragma unroll
-    for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
+    for (int j = 0; j < 2; ++j) {
       m[j] = -INFINITY;
       l[j] = 0.f;
-#pragma unroll
-      for (int e = 0; e < kEpl; ++e) acc[j][e] = 0.f;
     }
+#pragma unroll
+    for (int i = 0; i < kNT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
   };
   reset_chunk();
 #pragma unroll
-  for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
+  for (int j = 0; j < 2; ++j) {
     Mr[j] = -INFINITY;
     Lr[j] = 0.f;
-#pragma unroll
-    for (int e = 0; e < kEpl; ++e) Ar[j][e] = 0.f;
   }
+#pragma unroll
+  for (int i = 0; i < kNT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) Ar[i][e] = 0.f;
   // End of chunk c: fold it (S == 1) or write its state (S > 1), then start afresh.
   auto finish_chunk = [&](int c) {
+    if (S == 1) {
 #pragma unroll
-    for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
-      const int h = warp + kAttnWarps * j;
-      if (h >= G) continue;
-      if (S == 1) {
+      for (int j = 0; j < 2; ++j) {
+        const int h = warp + 8 * j;
         const FoldWeights f = attention_fold_weights(Mr[j], m[j]);
         Lr[j] = attention_fold(Lr[j], l[j], f);
-#pragma unroll
-        for (int e = 0; e < kEpl; ++e) Ar[j][e] = attention_fold(Ar[j][e], acc[j][e], f);
         Mr[j] = f.M;
-      } else {
-        const int64_t row = ((int64_t(t) * KV + g) * p.max_chunks + c) * G + h;
-        float* o = p.part_o + row * D + lane * kEpl;
-        if (pv_lane) {
-#pragma unroll
-          for (int e = 0; e < kEpl; ++e) o[e] = acc[j][e];
-        }
         if (lane == 0) {
-          p.part_ml[row * 2] = m[j];
-          p.part_ml[row * 2 + 1] = l[j];
+          heads[16 + h] = f.a;
+          heads[32 + h] = f.b;
         }
+      }
+      grp.sync();
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = fr + 8 * (e >> 1);
+        const FoldWeights f{0.f, heads[16 + h], heads[32 + h]};
+#pragma unroll
+        for (int i = 0; i < kNT; ++i) Ar[i][e] = attention_fold(Ar[i][e], acc[i][e], f);
+      }
+    } else {
+      const int64_t row0 = (int64_t(t) * KV + g) * p.max_chunks + c;  // row of head h: row0 * G + h
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int h = warp + 8 * j;
+        if (lane == 0 && h < G) {
+          p.part_ml[(row0 * G + h) * 2] = m[j];
+          p.part_ml[(row0 * G + h) * 2 + 1] = l[j];
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int h = fr + 8 * hh;
+        if (h >= G) continue;
+        float* o = p.part_o + (row0 * G + h) * D + 2 * fc;
+#pragma unroll
+        for (int i = 0; i < kNT; ++i)
+          *reinterpret_cast<float2*>(o + 8 * (warp + 8 * i)) = make_float2(acc[i][2 * hh], acc[i][2 * hh + 1]);
       }
     }
     reset_chunk();
   };
-  grp.sync();  // q_s
+  grp.sync();  // qfrag
 
   int buf = 0;
   for (int tile = first_tile; tile >= 0;) {
@@ -232,74 +275,118 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
       cp_async_wait<0>();
     }
     grp.sync();
-    const uint8_t* ks = bufs + buf * Sm::kBufBytes;
-    const uint8_t* vs = ks + Sm::kTileBytes;
-    const int32_t slot = reinterpret_cast<const int32_t*>(vs + Sm::kTileBytes)[lane];
+    const uint8_t* ks = bufs + buf * Lay.buf_bytes;
+    const uint8_t* vs = ks + Lay.tile_bytes;
+    const int32_t slot = reinterpret_cast<const int32_t*>(vs + Lay.tile_bytes)[lane];
 
-    // q.k: lane = key, its K row from shared memory, q broadcast from shared memory.
-    float sc[kAttnHeadsPerWarp];
+    if (warp < 4) {
+      // q.k of keys 8 warp .. + 7.
+      const uint8_t* kr = ks + (warp * 8 + fr) * Lay.row_bytes;
+      float sc[4];
 #pragma unroll
-    for (int j = 0; j < kAttnHeadsPerWarp; ++j) sc[j] = 0.f;
-    if (slot >= 0) {
-      const Store* kr = reinterpret_cast<const Store*>(ks + lane * Sm::kRowBytes);
+      for (int b = 0; b < D / 32; ++b) {
+        uint32_t kb[4];  // step 0: b0, b1; step 1: b0, b1
+        if constexpr (C::kBytes == 1) {
+          const uint2 v = *reinterpret_cast<const uint2*>(kr + b * 32 + fc * 8);
+          mma::e4m3x4_to_bf16x2(v.x, kb[0], kb[1]);
+          mma::e4m3x4_to_bf16x2(v.y, kb[2], kb[3]);
+        } else {
+          const uint4 v = *reinterpret_cast<const uint4*>(kr + (b * 32 + fc * 8) * 2);
+          kb[0] = v.x;
+          kb[1] = v.y;
+          kb[2] = v.z;
+          kb[3] = v.w;
+        }
+        float blk[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int d0 = 0; d0 < D; d0 += kChunk) {
-        float kv[kChunk];
-        load_decode<C, kChunk>(kr + d0, kv);
+        for (int st = 0; st < 2; ++st)
 #pragma unroll
-        for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
-          const int h = warp + kAttnWarps * j;
-          if (h < G) {
-            const float4* q4 = reinterpret_cast<const float4*>(q_s + h * D + d0);
-#pragma unroll
-            for (int e = 0; e < kChunk / 4; ++e) {
-              float4 q = q4[e];
-              sc[j] = fmaf(q.x, kv[4 * e], sc[j]);
-              sc[j] = fmaf(q.y, kv[4 * e + 1], sc[j]);
-              sc[j] = fmaf(q.z, kv[4 * e + 2], sc[j]);
-              sc[j] = fmaf(q.w, kv[4 * e + 3], sc[j]);
-            }
+          for (int part = 0; part < 3; ++part) {
+            const uint4 q = qfrag[(part * kSteps + 2 * b + st) * 32 + lane];
+            const uint32_t a[4] = {q.x, q.y, q.z, q.w};
+            mma::mma_bf16(blk, a, kb[2 * st], kb[2 * st + 1]);
           }
-        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[e] = b == 0 ? blk[e] : __fadd_rn(sc[e], blk[e]);
       }
-#pragma unroll
-      for (int j = 0; j < kAttnHeadsPerWarp; ++j) sc[j] *= qk_scale;
-    } else {
-#pragma unroll
-      for (int j = 0; j < kAttnHeadsPerWarp; ++j) sc[j] = -INFINITY;
-    }
-
-    // Online softmax over the tile (everything below is warp-uniform per head).
-    float pr[kAttnHeadsPerWarp];
-#pragma unroll
-    for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
-      pr[j] = 0.f;
-      if (warp + kAttnWarps * j >= G) continue;
-      const float mn = fmaxf(m[j], warp_max(sc[j]));
-      if (mn == -INFINITY) continue;  // no visible key so far
-      const float alpha = expf(m[j] - mn);  // m = -inf -> 0
-      pr[j] = expf(sc[j] - mn);             // masked key -> 0
-      l[j] = l[j] * alpha + warp_sum(pr[j]);
-#pragma unroll
-      for (int e = 0; e < kEpl; ++e) acc[j][e] *= alpha;
-      m[j] = mn;
-    }
-
-    // p.V: lane owns channels [lane * kEpl, lane * kEpl + kEpl); masked rows are zeros and p = 0.
-#pragma unroll 8
-    for (int c = 0; c < kAttnTile; ++c) {
-      float vv[kEpl];
-      if (pv_lane) load_decode<C, kEpl>(reinterpret_cast<const Store*>(vs + c * Sm::kRowBytes) + lane * kEpl, vv);
-#pragma unroll
-      for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
-        const float pc = __shfl_sync(kFullMask, pr[j], c);
-        if (pv_lane) {
-#pragma unroll
-          for (int e = 0; e < kEpl; ++e) acc[j][e] = fmaf(pc, vv[e], acc[j][e]);
-        }
+      float* srow = scores + fr * kLd + warp * 8 + 2 * fc;
+      *reinterpret_cast<float2*>(srow) = make_float2(sc[0], sc[1]);
+      *reinterpret_cast<float2*>(srow + 8 * kLd) = make_float2(sc[2], sc[3]);
+    } else if constexpr (C::kBytes == 1) {
+      // The V tile to bf16, 16 elements a thread and step.
+      for (int i = tid - 128; i < kAttnTile * kCpr; i += kThreads - 128) {
+        const int row = i / kCpr, part = i % kCpr;
+        const uint4 v = *reinterpret_cast<const uint4*>(vs + row * Lay.row_bytes + part * 16);
+        uint4 o0, o1;
+        mma::e4m3x4_to_bf16x2(v.x, o0.x, o0.y);
+        mma::e4m3x4_to_bf16x2(v.y, o0.z, o0.w);
+        mma::e4m3x4_to_bf16x2(v.z, o1.x, o1.y);
+        mma::e4m3x4_to_bf16x2(v.w, o1.z, o1.w);
+        uint4* dst = reinterpret_cast<uint4*>(vdec + row * Lay.vdec_row + part * 32);
+        dst[0] = o0;
+        dst[1] = o1;
       }
     }
-    grp.sync();  // this buffer is refilled two tiles later
+    grp.sync();  // scores, vdec
+
+    // Online softmax of heads warp and warp + 8 over the tile (lane = key), then the
+    // probabilities as A fragments: lanes 2c and 2c + 1 form one bf16x2 word of each part.
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int h = warp + 8 * j;
+      float pr = 0.f, alpha = 1.f;
+      if (h < G) {
+        const float sc = slot >= 0 ? scores[h * kLd + lane] * qk_scale : -INFINITY;
+        const float mn = fmaxf(m[j], warp_max(sc));
+        if (mn != -INFINITY) {  // else no visible key so far: p = 0, nothing to rescale
+          alpha = expf(m[j] - mn);  // m = -inf -> 0
+          pr = expf(sc - mn);       // masked key -> 0
+          l[j] = l[j] * alpha + warp_sum(pr);
+          m[j] = mn;
+        }
+      }
+      if (lane == 0) heads[h] = alpha;
+      const float pn = __shfl_down_sync(kFullMask, pr, 1);
+      if ((lane & 1) == 0) {
+        uint32_t hi, mid, lo;
+        mma::split_hi_mid_lo(pr, pn, hi, mid, lo);
+        const int st = lane >> 4, c = lane & 15;
+        // A fragment: a0 row fr keys 2 fc, +1; a1 row fr + 8; a2 / a3 keys 2 fc + 8, +9.
+        uint32_t* f = reinterpret_cast<uint32_t*>(pfrag + st * 32 + warp * 4 + ((c & 7) >> 1)) + (c >> 3) * 2 + j;
+        f[0] = hi;
+        f[2 * 32 * 4] = mid;
+        f[4 * 32 * 4] = lo;
+      }
+    }
+    grp.sync();  // pfrag, heads
+
+    // p.V: channel tiles warp + 8 i.
+    {
+      uint4 pa[3][2];
+#pragma unroll
+      for (int part = 0; part < 3; ++part)
+#pragma unroll
+        for (int st = 0; st < 2; ++st) pa[part][st] = pfrag[(part * 2 + st) * 32 + lane];
+      const float al0 = heads[fr], al1 = heads[fr + 8];
+#pragma unroll
+      for (int i = 0; i < kNT; ++i) {
+        const int nt = warp + 8 * i;
+        uint32_t vb[4];
+        if constexpr (C::kBytes == 1) mma::ldmatrix_x4_trans(vb, vdec + lane * Lay.vdec_row + nt * 16);
+        else mma::ldmatrix_x4_trans(vb, vs + lane * Lay.row_bytes + nt * 16);
+        float blk[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int st = 0; st < 2; ++st)
+#pragma unroll
+          for (int part = 0; part < 3; ++part) {
+            const uint32_t a[4] = {pa[part][st].x, pa[part][st].y, pa[part][st].z, pa[part][st].w};
+            mma::mma_bf16(blk, a, vb[2 * st], vb[2 * st + 1]);
+          }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][e] = __fmaf_rn(acc[i][e], e < 2 ? al0 : al1, blk[e]);
+      }
+    }
+    grp.sync();  // this buffer is refilled two tiles later; scores, pfrag and heads are rewritten
     if (next < 0 || next / P != tile / P) finish_chunk(tile / P);
     tile = next;
     buf ^= 1;
@@ -307,19 +394,24 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
 
   // Results of the S == 1 mode (padding rows and empty lists: L = 0 -> zeros).
   if (S == 1) {
+    grp.sync();  // the last fold's weights are read
 #pragma unroll
-    for (int j = 0; j < kAttnHeadsPerWarp; ++j) {
-      const int h = warp + kAttnWarps * j;
+    for (int j = 0; j < 2; ++j)
+      if (lane == 0) heads[16 + warp + 8 * j] = attention_out_scale(Lr[j], p.v_scale);
+    grp.sync();
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int h = fr + 8 * hh;
       if (h >= G) continue;
-      const float inv = attention_out_scale(Lr[j], p.v_scale);
-      const int col = (g * G + h) * D + lane * kEpl;  // of row t (H * D values)
-      float* o = p.out + int64_t(t) * p.num_heads * D + col;
-      if (pv_lane) {
+      const float inv = heads[16 + h];
 #pragma unroll
-        for (int e = 0; e < kEpl; ++e) {
-          const float v = __fmul_rn(Ar[j][e], inv);
-          o[e] = v;
-          if (p.out_split) store_split_element(p.out_split + 2 * int64_t(t) * p.num_heads * D, col + e, v);
+      for (int i = 0; i < kNT; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = (g * G + h) * D + 8 * (warp + 8 * i) + 2 * fc + e;  // of row t (H * D values)
+          const float v = __fmul_rn(Ar[i][2 * hh + e], inv);
+          p.out[int64_t(t) * p.num_heads * D + col] = v;
+          if (p.out_split) store_split_element(p.out_split + 2 * int64_t(t) * p.num_heads * D, col, v);
         }
       }
     }

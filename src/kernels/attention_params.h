@@ -9,12 +9,13 @@
 
 namespace m3::kernels {
 
-// NOTE: 8 warps x 2 heads rather than 4 x 4: at decode each warp's instruction stream is the
-// latency chain (one warp per scheduler), so halving the heads per warp halves the time per tile.
+// A split item is 8 warps on tensor cores (kernels/attention.cuh): per 32-key tile, warps 0-3 score
+// 8 keys each for the group's (up to) 16 heads, warps 4-7 decode the V tile (FP8), each warp runs
+// the online softmax of heads w and w + 8, and warp w accumulates output channels 8 (w + 8 i) ..
+// + 7 of every head.
 constexpr int kAttnWarps = 8;
-constexpr int kAttnHeadsPerWarp = 2;
-constexpr int kAttnMaxGroup = kAttnWarps * kAttnHeadsPerWarp;  // 16 query heads per KV head
-constexpr int kAttnTile = 32;                                  // keys per tile (one per lane)
+constexpr int kAttnMaxGroup = 16;  // query heads per KV head: the MMA's 16 rows
+constexpr int kAttnTile = 32;      // keys per tile
 
 struct AttentionParams {
   const float* q = nullptr;        // [T, H*D] (normed, rotated)
@@ -47,18 +48,44 @@ struct AttentionParams {
   CacheFmt kv_fmt = CacheFmt::FP8;  // K/V cache elements (instantiation)
 };
 
-// Shared memory of one split item (AttnSmem in attention.cuh): q [G][D] fp32, then two buffers of
-// {K tile, V tile: 32 rows of D * elem_bytes + 16 bytes, slots: 32 int32}.
-M3_HOST_DEVICE constexpr int attention_split_smem_bytes(int group, int head_dim, int elem_bytes) {
-  return group * head_dim * 4 + 2 * (2 * kAttnTile * (head_dim * elem_bytes + 16) + kAttnTile * 4);
+// Shared memory of one split item (16-byte aligned regions, in this order; byte offsets):
+//   qfrag : q of the 16 MMA rows as A fragments, uint4 [3 parts hi/mid/lo][D / 16 steps][32 lanes]
+//   bufs  : two buffers of {K tile, V tile: 32 rows of D * elem_bytes + 16 bytes, slots: 32 int32}
+//   vdec  : (FP8) the V tile decoded to bf16, 32 rows of 2 D + 16 bytes (ldmatrix, no bank conflict)
+//   scores: fp32 [16 heads][40] (a tile's q.k; rows padded against bank conflicts)
+//   pfrag : the tile's probabilities as A fragments, uint4 [3 parts][2 steps][32 lanes]
+//   heads : fp32 [3][16]: per head, the tile's rescale; at a chunk's end the fold weights a, b
+// The group does not change the size (the MMA always has 16 rows).
+struct AttnSmemLayout {
+  int row_bytes, tile_bytes, buf_bytes, vdec_row;
+  int qfrag, bufs, vdec, scores, pfrag, heads, bytes;
+  static constexpr int kScoreLd = 40;
+  M3_HOST_DEVICE constexpr AttnSmemLayout(int head_dim, int elem_bytes)
+      : row_bytes(head_dim * elem_bytes + 16),
+        tile_bytes(kAttnTile * row_bytes),
+        buf_bytes(2 * tile_bytes + kAttnTile * 4),
+        vdec_row(2 * head_dim + 16),
+        qfrag(0),
+        bufs(qfrag + 3 * (head_dim / 16) * 32 * 16),
+        vdec(bufs + 2 * buf_bytes),
+        scores(vdec + (elem_bytes == 1 ? kAttnTile * vdec_row : 0)),
+        pfrag(scores + kAttnMaxGroup * kScoreLd * 4),
+        heads(pfrag + 3 * 2 * 32 * 16),
+        bytes(heads + 3 * kAttnMaxGroup * 4) {}
+};
+M3_HOST_DEVICE constexpr int attention_split_smem_bytes(int /*group*/, int head_dim, int elem_bytes) {
+  return AttnSmemLayout(head_dim, elem_bytes).bytes;
 }
+// The split item's shared memory is at most this (launches above 48 KB raise the kernel's limit).
+constexpr int kAttnSplitSmemCap = 64 * 1024;
 M3_HOST_DEVICE constexpr int attention_topk_list_bytes(int topk) { return (topk * 4 + 15) / 16 * 16; }
 // With topk_scores, the selection's scratch (indexer_topk_smem_bytes) lives in the two K/V buffers
-// (before the first tile is copied) and the selected list after them: when the scratch fits there
-// and the item with its list stays within 48 KB (the plan falls back to the top-k op otherwise).
+// (before the first tile is copied) and the selected list after everything else: when the scratch
+// fits there and the item with its list stays within kAttnSplitSmemCap (the plan falls back to the
+// top-k op otherwise).
 M3_HOST_DEVICE inline bool attention_topk_fits(int group, int head_dim, int elem_bytes, int max_q_blocks, int topk) {
-  return indexer_topk_smem_bytes(max_q_blocks) <= 2 * (2 * kAttnTile * (head_dim * elem_bytes + 16) + kAttnTile * 4) &&
-         attention_split_smem_bytes(group, head_dim, elem_bytes) + attention_topk_list_bytes(topk) <= 48 * 1024;
+  return indexer_topk_smem_bytes(max_q_blocks) <= 2 * AttnSmemLayout(head_dim, elem_bytes).buf_bytes &&
+         attention_split_smem_bytes(group, head_dim, elem_bytes) + attention_topk_list_bytes(topk) <= kAttnSplitSmemCap;
 }
 constexpr int kAttnThreads = kAttnWarps * 32;
 constexpr int kAttnCombineThreads = 256;

@@ -33,6 +33,31 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return d;
 }
 
+// Four E4M3 codes (bytes of w, element i in byte i) -> bf16x2 {e0, e1} and {e2, e3}, exact.
+// Code c = s eeee mmm; the bf16 pattern of its value * 2^-120 has low byte (c & 0x0f) << 4 (e0 m2 m1
+// m0 0000) and high byte (c & 0x80) | (c >> 4 & 0x07) (s 0000 e3 e2 e1): two masks per word build
+// all four low / high bytes, two byte permutes interleave them, one bf16x2 multiply per pair.
+// mul: the bf16x2 multiplier, 2^120 for plain E4M3 values; an MXFP8 block scale 2^(S - 127) folds in
+// as 2^(S - 7) (mx_mul), exact while the products stay normal or bf16-subnormal.
+constexpr uint32_t kTwo120 = 0x7b807b80u;  // bf16x2 {2^120, 2^120}
+__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& lo, uint32_t& hi, uint32_t mul = kTwo120) {
+  const uint32_t lb = (w << 4) & 0xf0f0f0f0u;
+  const uint32_t hb = ((w >> 4) & 0x07070707u) | (w & 0x80808080u);
+  lo = bf16x2_mul(__byte_perm(lb, hb, 0x5140), mul);
+  hi = bf16x2_mul(__byte_perm(lb, hb, 0x7362), mul);
+}
+// Four 8x8 bf16 matrices from shared memory, transposed (ldmatrix .trans): lane i gives the
+// address of row i % 8 of matrix i / 8 (16 bytes, 16-byte aligned); register j gets matrix j's
+// elements (row 2t, column g) and (row 2t + 1, column g) (g = lane / 4, t = lane % 4): with rows
+// = the k index, the B fragment (b0 or b1) of an m16n8k16 MMA.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+
 // Rows n0 + rt*16 + g + 8h (a lane's rows of a warp's row tiles) of a [N][ld]-byte tensor: their
 // starts, and whether they exist (rows at or past N point at row 0; callers mask them).
 template <int RT>

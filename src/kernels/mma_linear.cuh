@@ -72,19 +72,6 @@ namespace m3::kernels {
 
 namespace mma {
 
-// Four E4M3 codes (bytes of w, element i in byte i) -> bf16x2 {e0, e1} and {e2, e3}, exact.
-// Code c = s eeee mmm; the bf16 pattern of its value * 2^-120 has low byte (c & 0x0f) << 4 (e0 m2 m1
-// m0 0000) and high byte (c & 0x80) | (c >> 4 & 0x07) (s 0000 e3 e2 e1): two masks per word build
-// all four low / high bytes, two byte permutes interleave them, one bf16x2 multiply per pair.
-// mul: the bf16x2 multiplier, 2^120 for plain E4M3 values; an MXFP8 block scale 2^(S - 127) folds in
-// as 2^(S - 7) (mx_mul), exact while the products stay normal or bf16-subnormal.
-constexpr uint32_t kTwo120 = 0x7b807b80u;  // bf16x2 {2^120, 2^120}
-__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& lo, uint32_t& hi, uint32_t mul = kTwo120) {
-  const uint32_t lb = (w << 4) & 0xf0f0f0f0u;
-  const uint32_t hb = ((w >> 4) & 0x07070707u) | (w & 0x80808080u);
-  lo = bf16x2_mul(__byte_perm(lb, hb, 0x5140), mul);
-  hi = bf16x2_mul(__byte_perm(lb, hb, 0x7362), mul);
-}
 // The bf16x2 multiplier of E8M0 byte s: {2^(s - 7), 2^(s - 7)} (bf16 exponent field s + 120: exact
 // for s <= 134; a larger byte gives +inf, so its outputs are inf / NaN, never silently wrong: the
 // arena refuses such scales, kernels/mma_params.h).

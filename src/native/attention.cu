@@ -88,7 +88,7 @@ kernels::AttentionParams make_attention_params(const AttentionArgs& a, const Ste
   p.kv_fmt = cache.kv_dtype == DType::F8_E4M3 ? kernels::CacheFmt::FP8 : kernels::CacheFmt::BF16;
   const int group = a.num_heads / KV;
   const int smem = kernels::attention_split_shape(p).smem_bytes;
-  M3_CHECK(smem <= 48 * 1024, "attention: {} bytes of shared memory for group {} x head_dim {}", smem, group, D);
+  M3_CHECK(smem <= kernels::kAttnSplitSmemCap, "attention: {} bytes of shared memory for group {} x head_dim {}", smem, group, D);
   if (S > 1) {
     size_t need = attention_workspace_bytes(T, a.num_heads, KV, D, C);
     M3_CHECK(a.workspace && a.workspace_bytes >= need, "attention: workspace {} bytes, {} chunks need {}",
