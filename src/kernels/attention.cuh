@@ -59,10 +59,13 @@ __device__ __forceinline__ float attention_out_scale(float L, float v_scale) {
 
 // The split item on tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulators; the 16 MMA
 // rows are the group's heads, rows at or past G zero). Operands are exact or as exact as fp32:
-// K and V elements are bf16 values exactly (E4M3 decoded as in mma_linear.cuh, BF16 as stored);
-// q and the probabilities p are split into three bf16 parts hi + mid + lo (mma::split_hi_mid_lo,
-// |x - hi - mid - lo| <= 2^-26 |x|), each part multiplied (hi, mid, lo), so every product is
-// exact and only the sums round. Per tile:
+// K and V elements are bf16 values exactly (E4M3 decoded by mma::e4m3x4_to_bf16x2, BF16 as
+// stored; an E4M3 NaN code would read as +-480, and the cache encoder never writes one for a
+// finite input); q and the probabilities p are split into three bf16 parts hi + mid + lo
+// (mma::split_hi_mid_lo, |x - hi - mid - lo| <= 2^-26 |x| for normal x), each part multiplied (hi,
+// mid, lo), so every product is exact and only the sums round (inside an MMA the tensor core's own
+// deterministic fp32 accumulation, not necessarily round-to-nearest; between MMAs fp32 adds).
+// Per tile:
 //   q.k   warp w < 4 scores keys 8w .. 8w + 7 for the 16 rows. The head dimension is cut into
 //         32-element blocks; in block b, lane t holds dims 32b + 8t .. + 7 of its key and step s
 //         (0, 1) uses dims 32b + 8t + 4s + {0,1,2,3} as the step's columns {2t, 2t+1, 2t+8, 2t+9}
@@ -336,12 +339,13 @@ __device__ void attention_split_work(const AttentionParams& p, int64_t w, Group 
       const int h = warp + 8 * j;
       float pr = 0.f, alpha = 1.f;
       if (h < G) {
-        const float sc = slot >= 0 ? scores[h * kLd + lane] * qk_scale : -INFINITY;
+        // explicit roundings: the native and mono kernels are compiled apart and must agree
+        const float sc = slot >= 0 ? __fmul_rn(scores[h * kLd + lane], qk_scale) : -INFINITY;
         const float mn = fmaxf(m[j], warp_max(sc));
         if (mn != -INFINITY) {  // else no visible key so far: p = 0, nothing to rescale
-          alpha = expf(m[j] - mn);  // m = -inf -> 0
-          pr = expf(sc - mn);       // masked key -> 0
-          l[j] = l[j] * alpha + warp_sum(pr);
+          alpha = expf(__fsub_rn(m[j], mn));  // m = -inf -> 0
+          pr = expf(__fsub_rn(sc, mn));       // masked key -> 0
+          l[j] = __fmaf_rn(l[j], alpha, warp_sum(pr));
           m[j] = mn;
         }
       }
