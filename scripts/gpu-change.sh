@@ -35,13 +35,8 @@ envs() {  # the assignments of value $1 (one per line)
   if [ "$VAR" = - ]; then tr ',' '\n' <<<"$1"; else echo "$VAR=$1"; fi
 }
 tag() { tr -c 'A-Za-z0-9_=\n-' '_' <<<"$1"; }  # a value as a file name part
-step() {  # name, seconds, command...
-  local name=$1 limit=$2 t0
-  shift 2
-  t0=$(date +%s)
-  timeout "$limit" "$@" >"$OUT/logs/$name.txt" 2>&1
-  echo "$name: rc=$? $(( $(date +%s) - t0 ))s" >>"$sum"
-}
+STEP_LOGS="$OUT/logs" STEP_SUMMARY="$sum"
+source scripts/device-step.sh
 # 1. bits
 step bits-old 60 env M3_BITS_DUMP="$OUT/bits-old.bin" ".gpubin/$OLD/m3_tests_gpu" --gtest_filter='GpuBitsDump.*'
 # the old build against itself: the dump must be reproducible for the comparisons to mean anything

@@ -6,7 +6,8 @@
 #   1. FIRST (a gtest filter, default the attention and mono-vs-native tests) of NEW;
 #   2. scripts/ab-bench.sh: OLD (as base) and NEW interleaved, LAYERS (default 60) at BATCH
 #      (default 1,4), native and mono;
-#   3. scripts/gpu-check.sh NEW (every GPU test, conformance, generate), CHECK_S seconds (default 300).
+#   3. (PREFILL=1) one 8K prefill of OLD and NEW (60 layers of one TP-4 rank, native);
+#   4. scripts/gpu-check.sh NEW (every GPU test, conformance, generate), CHECK_S seconds (default 300).
 #   scripts/gpu-newbits.sh NEW OLD
 # NEW: a full pack (scripts/gpubin.sh pack .gpubin/NEW); OLD: a pack or m3mono.xz alone (run with
 # NEW's libraries). Logs under $OUT (default /tmp/gpu-newbits, tarred into logs.tgz); a summary last.
@@ -23,17 +24,19 @@ export LD_LIBRARY_PATH="$PWD/.gpubin/$NEW/lib:${LD_LIBRARY_PATH:-}"
 sum="$OUT/summary.txt"
 : >"$sum"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$sum" 2>&1
-step() {  # name, seconds, command...
-  local name=$1 limit=$2 t0
-  shift 2
-  t0=$(date +%s)
-  timeout "$limit" "$@" >"$OUT/logs/$name.txt" 2>&1
-  echo "$name: rc=$? $(( $(date +%s) - t0 ))s" >>"$sum"
-}
+STEP_LOGS="$OUT/logs" STEP_SUMMARY="$sum"
+source scripts/device-step.sh
 step first "${FIRST_S:-150}" ".gpubin/$NEW/m3_tests_gpu" --gtest_filter="$FIRST" --gtest_color=no
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$OUT/logs/first.txt" >>"$sum"
 rm -rf .gpubin/base && cp -r ".gpubin/$OLD" .gpubin/base
 step ab "${AB_S:-200}" env OUT="$OUT/ab" LAYERS="${LAYERS:-60}" BATCH="${BATCH:-1,4}" scripts/ab-bench.sh "$NEW"
+if [ "${PREFILL:-0}" = 1 ]; then
+  for b in base "$NEW"; do
+    step "prefill-$b" 90 ".gpubin/$b/m3mono" bench --tp-shard 4 --layers 60 --context 8K --batch 1 --prefill 8K \
+      --paths native --steps 20 --warmup 5 --eager-reps 3 --tc-peak 989
+    grep -E "^(decode|prefill)" "$OUT/logs/prefill-$b.txt" | sed "s/^/prefill run, $b: /" >>"$sum"
+  done
+fi
 step check "${CHECK_S:-300}" env OUT="$OUT/check" GPU_CHECK_TIMEOUT=$(( ${CHECK_S:-300} - 40 )) \
   GPU_CHECK_SKIP="${FIRST}" scripts/gpu-check.sh ".gpubin/$NEW"
 echo "== summary"; cat "$sum"

@@ -15,14 +15,8 @@ OUT=${OUT:-/tmp/gpu-session}
 mkdir -p "$OUT"
 sum="$OUT/summary.txt"
 : >"$sum"
-step() {  # name, seconds allowed, command...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
-  local rc=$?
-  printf '%-10s rc=%-3s %4ss\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" >>"$sum"
-}
+STEP_LOGS="$OUT" STEP_SUMMARY="$sum"
+source scripts/device-step.sh
 step check 300 env OUT="$OUT/check" GPU_CHECK_TIMEOUT=240 scripts/gpu-check.sh "$BIN"
 step soak $((SOAK + 120)) env OUT="$OUT/soak" scripts/gpu-soak.sh "$BIN" "$SOAK"
 step bench 240 env M3MONO="$BIN/m3mono" scripts/bench-native.sh "$OUT/bench" --eager-reps 1
