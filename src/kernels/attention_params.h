@@ -55,7 +55,7 @@ struct AttentionParams {
 //   scores: fp32 [16 heads][40] (a tile's q.k; rows padded against bank conflicts)
 //   pfrag : the tile's probabilities as A fragments, uint4 [3 parts][2 steps][32 lanes]
 //   heads : fp32 [3][16]: per head, the tile's rescale; at a chunk's end the fold weights a, b
-// The group does not change the size (the MMA always has 16 rows).
+// The group does not change the size (the MMA always has 16 rows, zero past the group).
 struct AttnSmemLayout {
   int row_bytes, tile_bytes, buf_bytes, vdec_row;
   int qfrag, bufs, vdec, scores, pfrag, heads, bytes;
@@ -73,7 +73,7 @@ struct AttnSmemLayout {
         heads(pfrag + 3 * 2 * 32 * 16),
         bytes(heads + 3 * kAttnMaxGroup * 4) {}
 };
-M3_HOST_DEVICE constexpr int attention_split_smem_bytes(int /*group*/, int head_dim, int elem_bytes) {
+M3_HOST_DEVICE constexpr int attention_split_smem_bytes(int head_dim, int elem_bytes) {
   return AttnSmemLayout(head_dim, elem_bytes).bytes;
 }
 // The split item's shared memory is at most this (launches above 48 KB raise the kernel's limit).
@@ -83,9 +83,9 @@ M3_HOST_DEVICE constexpr int attention_topk_list_bytes(int topk) { return (topk 
 // (before the first tile is copied) and the selected list after everything else: when the scratch
 // fits there and the item with its list stays within kAttnSplitSmemCap (the plan falls back to the
 // top-k op otherwise).
-M3_HOST_DEVICE inline bool attention_topk_fits(int group, int head_dim, int elem_bytes, int max_q_blocks, int topk) {
+M3_HOST_DEVICE inline bool attention_topk_fits(int head_dim, int elem_bytes, int max_q_blocks, int topk) {
   return indexer_topk_smem_bytes(max_q_blocks) <= 2 * AttnSmemLayout(head_dim, elem_bytes).buf_bytes &&
-         attention_split_smem_bytes(group, head_dim, elem_bytes) + attention_topk_list_bytes(topk) <= kAttnSplitSmemCap;
+         attention_split_smem_bytes(head_dim, elem_bytes) + attention_topk_list_bytes(topk) <= kAttnSplitSmemCap;
 }
 constexpr int kAttnThreads = kAttnWarps * 32;
 constexpr int kAttnCombineThreads = 256;
@@ -102,7 +102,7 @@ M3_HOST_DEVICE inline int attention_combine_smem_floats(int group, int max_chunk
 // Split: item w = (t * KV + g) * S + s. Combine: item w = (t * KV + g) * slices + c.
 M3_HOST_DEVICE inline WorkShape attention_split_shape(const AttentionParams& p) {
   return {int64_t(p.num_tokens) * p.kv_heads * p.num_splits, kAttnThreads,
-          attention_split_smem_bytes(p.num_heads / p.kv_heads, p.head_dim, p.kv_fmt == CacheFmt::FP8 ? 1 : 2) +
+          attention_split_smem_bytes(p.head_dim, p.kv_fmt == CacheFmt::FP8 ? 1 : 2) +
               (p.topk_scores ? attention_topk_list_bytes(p.topk) : 0)};
 }
 M3_HOST_DEVICE inline WorkShape attention_combine_shape(const AttentionParams& p) {

@@ -67,10 +67,9 @@ kernels::AttentionParams make_attention_params(const AttentionArgs& a, const Ste
                  a.topk_local >= 0,
              "attention: top-k from block scores needs selected, {} blocks >= the context {} / block {} and local {} >= 0",
              a.max_q_blocks, meta.max_context, cache.block_size, a.topk_local);
-    M3_CHECK(kernels::attention_topk_fits(a.num_heads / KV, D, cache.kv_dtype == DType::F8_E4M3 ? 1 : 2, a.max_q_blocks,
-                                          a.topk),
-             "attention: the top-k of {} of {} blocks does not fit the split item's shared memory (group {}, head_dim {})",
-             a.topk, a.max_q_blocks, a.num_heads / KV, D);
+    M3_CHECK(kernels::attention_topk_fits(D, cache.kv_dtype == DType::F8_E4M3 ? 1 : 2, a.max_q_blocks, a.topk),
+             "attention: the top-k of {} of {} blocks does not fit the split item's shared memory (head_dim {})",
+             a.topk, a.max_q_blocks, D);
     p.topk_scores = a.topk_scores;
     p.max_q_blocks = a.max_q_blocks;
     p.topk_local = a.topk_local;

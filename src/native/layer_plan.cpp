@@ -230,9 +230,8 @@ LayerPlan build_layer_plan(const ForwardModel& m, Activations& act, const PlanSh
       const kernels::IndexerParams ip = make_indexer_params(ia, mv, cv);
       add(OpKind::IndexerScores, "index_k", "indexer_scores", l, ip);
       topk_scores = fused_topk_enabled() && ip.index_heads == cv.kv_heads &&
-                            kernels::attention_topk_fits(s.num_heads / cv.kv_heads, cv.head_dim,
-                                                         cv.kv_dtype == DType::F8_E4M3 ? 1 : 2, ip.max_q_blocks,
-                                                         ip.topk)
+                            kernels::attention_topk_fits(cv.head_dim, cv.kv_dtype == DType::F8_E4M3 ? 1 : 2,
+                                                         ip.max_q_blocks, ip.topk)
                         ? ip.block_scores
                         : nullptr;
       if (!topk_scores) add(OpKind::IndexerTopk, "index_k", "indexer_topk", l, ip);
